@@ -1,0 +1,52 @@
+#include "common/strings.h"
+#include "common/frame.h"
+
+
+namespace gpubroker {
+
+std::string EncodeFrame(const v1::SessionFrame& frame) {
+  std::string body = frame.SerializeAsString();
+  const auto n = static_cast<uint32_t>(body.size());
+  std::string out;
+  out.reserve(kFrameHeaderBytes + body.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out += body;
+  return out;
+}
+
+void FrameDecoder::Append(std::string_view bytes) {
+  // Drop what has been decoded before growing, so a long-lived session does
+  // not keep every frame it ever received.
+  if (consumed_ > 0 && consumed_ == buffer_.size()) {
+    buffer_.clear();
+    consumed_ = 0;
+  } else if (consumed_ > kMaxFrameBytes) {
+    buffer_.erase(0, consumed_);
+    consumed_ = 0;
+  }
+  buffer_.append(bytes.data(), bytes.size());
+}
+
+absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
+  const size_t avail = buffered();
+  if (avail < kFrameHeaderBytes) return std::nullopt;
+  const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + consumed_);
+  const uint32_t len = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                       (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+  if (len > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(
+        StrCat("frame of ", len, " bytes exceeds the limit of ", kMaxFrameBytes));
+  }
+  if (avail < kFrameHeaderBytes + len) return std::nullopt;
+  v1::SessionFrame frame;
+  if (!frame.ParseFromArray(p + kFrameHeaderBytes, static_cast<int>(len))) {
+    return absl::InvalidArgumentError(StrCat("frame of ", len, " bytes does not parse"));
+  }
+  if (frame.body_case() == v1::SessionFrame::BODY_NOT_SET) {
+    return absl::InvalidArgumentError("frame carries no message");
+  }
+  consumed_ += kFrameHeaderBytes + len;
+  return frame;
+}
+
+}  // namespace gpubroker

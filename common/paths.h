@@ -1,0 +1,18 @@
+#pragma once
+
+#include <string>
+
+namespace gpubroker {
+
+inline constexpr const char* kSessionSocketName = "session.sock";
+inline constexpr const char* kGrpcSocketName = "gpubroker.sock";
+inline constexpr const char* kLockFileName = "gpubrokerd.lock";
+
+/// The daemon's default socket directory: /run/gpubroker for root, else
+/// $XDG_RUNTIME_DIR/gpubroker (or /tmp/gpubroker-<uid> without XDG_RUNTIME_DIR).
+std::string DefaultSocketDir();
+
+/// What a client connects to: $GPUBROKER_SOCKET_DIR, else DefaultSocketDir().
+std::string ClientSocketDir();
+
+}  // namespace gpubroker

@@ -1,0 +1,302 @@
+#include "common/strings.h"
+#include "daemon/config/options.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "common/paths.h"
+#include "common/units.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gpubroker {
+namespace {
+
+absl::Status SetString(std::string& field, std::string_view value) {
+  field = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ParseQuota(std::string_view value) {
+  const std::string v = ToLower(Trim(value));
+  if (v == "unlimited" || v == "none") return 0;
+  return ParseBytes(v);
+}
+
+const std::vector<OptionSpec> kOptions = {
+    {"socket-dir", "GPUBROKER_SOCKET_DIR", "socket_dir", "DIR",
+     "/run/gpubroker as root, else $XDG_RUNTIME_DIR/gpubroker",
+     "Directory of session.sock and gpubroker.sock (created if missing).",
+     [](DaemonOptions& o, std::string_view v) { return SetString(o.socket_dir, v); }},
+    {"backend", "GPUBROKER_BACKEND", "backend", "auto|cuda|host", "auto",
+     "Memory backend: cuda where a GPU qualifies, host (memfd) otherwise, or forced.",
+     [](DaemonOptions& o, std::string_view v) {
+       if (v != "auto" && v != "cuda" && v != "host") {
+         return absl::InvalidArgumentError(
+             StrCat("unknown backend '", v, "' (use auto, cuda or host)"));
+       }
+       return SetString(o.backend, v);
+     }},
+    {"host-pool-bytes", "GPUBROKER_HOST_POOL_BYTES", "host_pool_bytes", "SIZE", "1GiB",
+     "Capacity of the host backend: all host buffers together (units: KiB, MiB, GiB, ...).",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       auto bytes = ParseBytes(v);
+       if (!bytes.ok()) return bytes.status();
+       if (*bytes < 4096) return absl::InvalidArgumentError("must be at least 4KiB");
+       o.host_pool_bytes = *bytes;
+       return absl::OkStatus();
+     }},
+    {"metrics-address", "GPUBROKER_METRICS_ADDRESS", "metrics_address", "HOST:PORT",
+     "127.0.0.1:9464",
+     "Where Prometheus scrapes /metrics; port 0 picks a free port; empty turns metrics off.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       if (!v.empty()) {
+         auto colon = v.rfind(':');
+         int port = -1;
+         if (colon == std::string_view::npos || colon == 0 ||
+             !ParseInt(v.substr(colon + 1), &port) || port < 0 || port > 65535) {
+           return absl::InvalidArgumentError(
+               StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
+         }
+       }
+       return SetString(o.metrics_address, v);
+     }},
+    {"log-level", "GPUBROKER_LOG_LEVEL", "log_level", "LEVEL", "info",
+     "trace, debug, info, warn, error or off.",
+     [](DaemonOptions& o, std::string_view v) {
+       static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+       for (const char* l : kLevels) {
+         if (v == l) return SetString(o.log_level, v);
+       }
+       return absl::InvalidArgumentError(StrCat(
+           "unknown log level '", v, "' (use trace, debug, info, warn, error or off)"));
+     }},
+    {"config", "GPUBROKER_CONFIG", "", "FILE", "none",
+     "YAML file with any of these keys, plus tenants (see docs/configuration.md).",
+     [](DaemonOptions& o, std::string_view v) { return SetString(o.config_file, v); }},
+    {"socket-group", "GPUBROKER_SOCKET_GROUP", "socket_group", "GROUP", "the daemon's group",
+     "Group that owns the sockets (mode 0660): the users who may connect.",
+     [](DaemonOptions& o, std::string_view v) { return SetString(o.socket_group, v); }},
+    {"hello-timeout", "GPUBROKER_HELLO_TIMEOUT", "hello_timeout", "DURATION", "5s",
+     "A client that connects to session.sock and says nothing is dropped after this.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       auto ms = ParseDurationMs(v);
+       if (!ms.ok()) return ms.status();
+       if (*ms == 0) return absl::InvalidArgumentError("must be positive");
+       o.hello_timeout_ms = *ms;
+       return absl::OkStatus();
+     }},
+    {"default-quota", "GPUBROKER_DEFAULT_QUOTA", "default_quota", "SIZE", "unlimited",
+     "Byte quota of a tenant that the config file does not list.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       auto q = ParseQuota(v);
+       if (!q.ok()) return q.status();
+       o.default_quota_bytes = *q;
+       return absl::OkStatus();
+     }},
+};
+
+const OptionSpec* FindByFlag(std::string_view flag) {
+  for (const auto& o : kOptions) {
+    if (o.flag == flag) return &o;
+  }
+  return nullptr;
+}
+
+absl::Status Annotate(const absl::Status& s, std::string_view where) {
+  return absl::InvalidArgumentError(StrCat(where, ": ", s.message()));
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> IdList(const YAML::Node& node, std::string_view what) {
+  std::vector<T> out;
+  if (!node) return out;
+  if (!node.IsSequence()) return absl::InvalidArgumentError(StrCat(what, " must be a list"));
+  for (const auto& item : node) {
+    uint64_t v = 0;
+    if (!item.IsScalar() || !ParseInt(item.Scalar(), &v) || v > 0xffffffffu) {
+      return absl::InvalidArgumentError(StrCat(what, " holds '", item.Scalar(),
+                                                     "', not a number"));
+    }
+    out.push_back(static_cast<T>(v));
+  }
+  return out;
+}
+
+absl::Status ApplyTenants(const YAML::Node& node, DaemonOptions& options) {
+  if (!node.IsSequence()) return absl::InvalidArgumentError("tenants must be a list");
+  for (const auto& t : node) {
+    if (!t.IsMap()) return absl::InvalidArgumentError("each tenant must be a map");
+    TenantSpec spec;
+    for (const auto& kv : t) {
+      const std::string key = kv.first.Scalar();
+      if (key != "name" && key != "uids" && key != "gids" && key != "quota") {
+        return absl::InvalidArgumentError(
+            StrCat("unknown tenant key '", key, "' (use name, uids, gids, quota)"));
+      }
+    }
+    if (!t["name"] || !t["name"].IsScalar()) {
+      return absl::InvalidArgumentError("a tenant has no name");
+    }
+    spec.name = t["name"].Scalar();
+    const std::string where = StrCat("tenant '", spec.name, "'");
+    auto uids = IdList<uid_t>(t["uids"], "uids");
+    if (!uids.ok()) return Annotate(uids.status(), where);
+    auto gids = IdList<gid_t>(t["gids"], "gids");
+    if (!gids.ok()) return Annotate(gids.status(), where);
+    spec.uids = std::move(*uids);
+    spec.gids = std::move(*gids);
+    if (t["quota"]) {
+      auto q = ParseQuota(t["quota"].Scalar());
+      if (!q.ok()) return Annotate(q.status(), StrCat(where, " quota"));
+      spec.quota_bytes = *q;
+    }
+    options.tenants.push_back(std::move(spec));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& OptionTable() { return kOptions; }
+
+absl::Status ApplyConfigYaml(const std::string& yaml_text, const std::string& origin,
+                             DaemonOptions& options) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(origin, ": not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError(StrCat(origin, ": must be a map"));
+  try {
+    for (const auto& kv : root) {
+      const std::string key = kv.first.Scalar();
+      if (key == "tenants") {
+        if (auto s = ApplyTenants(kv.second, options); !s.ok()) return Annotate(s, origin);
+        continue;
+      }
+      const OptionSpec* spec = nullptr;
+      for (const auto& o : kOptions) {
+        if (!o.key.empty() && o.key == key) spec = &o;
+      }
+      if (spec == nullptr) {
+        return absl::InvalidArgumentError(StrCat(origin, ": unknown key '", key, "'"));
+      }
+      if (!kv.second.IsScalar() && !kv.second.IsNull()) {
+        return absl::InvalidArgumentError(StrCat(origin, ": ", key, " must be a value"));
+      }
+      const std::string value = kv.second.IsNull() ? "" : kv.second.Scalar();
+      if (auto s = spec->apply(options, value); !s.ok()) {
+        return Annotate(s, StrCat(origin, ": ", key));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(origin, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* argv,
+                                                   const EnvLookup& env) {
+  ParsedCommandLine out;
+  std::vector<std::pair<const OptionSpec*, std::string>> flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      out.show_help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      out.show_version = true;
+      continue;
+    }
+    if (arg == "--help-markdown") {
+      out.show_markdown = true;
+      continue;
+    }
+    if (!arg.starts_with("--")) {
+      return absl::InvalidArgumentError(StrCat("unexpected argument '", arg, "'"));
+    }
+    arg.remove_prefix(2);
+    std::string value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    const OptionSpec* spec = FindByFlag(arg);
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          StrCat("unknown option --", arg, " (see --help)"));
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(StrCat("--", arg, " needs a value"));
+      }
+      value = argv[++i];
+    }
+    flags.emplace_back(spec, std::move(value));
+  }
+
+  // The config file is named by flag or environment; read it first so that
+  // both can override what it says.
+  std::string config;
+  if (const char* e = env("GPUBROKER_CONFIG"); e != nullptr) config = e;
+  for (const auto& [spec, value] : flags) {
+    if (spec->flag == "config") config = value;
+  }
+  if (!config.empty()) {
+    std::ifstream in(config);
+    if (!in) return absl::InvalidArgumentError(StrCat("cannot read config file ", config));
+    std::stringstream text;
+    text << in.rdbuf();
+    if (auto s = ApplyConfigYaml(text.str(), config, out.options); !s.ok()) return s;
+    out.options.config_file = config;
+  }
+  for (const auto& spec : kOptions) {
+    const std::string name(spec.env);
+    if (const char* e = env(name.c_str()); e != nullptr) {
+      if (auto s = spec.apply(out.options, e); !s.ok()) return Annotate(s, name);
+    }
+  }
+  for (const auto& [spec, value] : flags) {
+    if (auto s = spec->apply(out.options, value); !s.ok()) {
+      return Annotate(s, StrCat("--", spec->flag));
+    }
+  }
+  if (out.options.socket_dir.empty()) out.options.socket_dir = DefaultSocketDir();
+  return out;
+}
+
+std::string HelpText(std::string_view program) {
+  std::string out = StrCat(
+      "Usage: ", program, " [OPTION]...\n",
+      "The gpubroker daemon: lends GPU (or host) memory to processes on this node and\n"
+      "lets them share it with no copy.\n\nOptions (flag, environment variable, default):\n");
+  for (const auto& o : kOptions) {
+    StrAppend(&out, "  --", o.flag, " ", o.value_name, "\n      ", o.help, "\n      env ",
+                    o.env, o.key.empty() ? "" : StrCat(", config key ", o.key),
+                    "; default: ", o.default_text, "\n");
+  }
+  StrAppend(&out,
+                  "  --help          this text\n"
+                  "  --version       print the version and exit\n"
+                  "Flags override the environment, which overrides the config file.\n");
+  return out;
+}
+
+std::string OptionsMarkdown() {
+  std::string out =
+      "| flag | environment | config key | default | meaning |\n"
+      "| --- | --- | --- | --- | --- |\n";
+  for (const auto& o : kOptions) {
+    StrAppend(&out, "| `--", o.flag, " ", o.value_name, "` | `", o.env, "` | ",
+                    o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ", o.default_text,
+                    " | ", o.help, " |\n");
+  }
+  return out;
+}
+
+}  // namespace gpubroker

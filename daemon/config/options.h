@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/core/tenants.h"
+
+namespace gpubroker {
+
+/// Everything gpubrokerd can be told. Each field is declared once, in the
+/// option table (options.cc), with its flag, environment variable, config-file
+/// key, default and help; --help and docs/configuration.md come from there.
+struct DaemonOptions {
+  std::string socket_dir;  // resolved at parse time when left empty
+  std::string backend = "auto";
+  uint64_t host_pool_bytes = uint64_t{1} << 30;
+  std::string metrics_address = "127.0.0.1:9464";
+  std::string log_level = "info";
+  std::string config_file;
+  std::string socket_group;
+  uint64_t hello_timeout_ms = 5000;
+  uint64_t default_quota_bytes = 0;  // 0: unlimited
+  std::vector<TenantSpec> tenants;   // config file only
+};
+
+struct OptionSpec {
+  std::string_view flag;          // "socket-dir" for --socket-dir
+  std::string_view env;           // "GPUBROKER_SOCKET_DIR"
+  std::string_view key;           // "socket_dir" in the YAML file; empty: not a file key
+  std::string_view value_name;    // "DIR"
+  std::string_view default_text;  // for people
+  std::string_view help;
+  absl::Status (*apply)(DaemonOptions& options, std::string_view value);
+};
+
+/// The option table.
+const std::vector<OptionSpec>& OptionTable();
+
+/// Reads an environment variable; injectable for tests.
+using EnvLookup = std::function<const char*(const char*)>;
+
+struct ParsedCommandLine {
+  DaemonOptions options;
+  bool show_help = false;
+  bool show_version = false;
+  bool show_markdown = false;  // --help-markdown: the option table as Markdown
+};
+
+/// Defaults, then the config file (--config or GPUBROKER_CONFIG), then the
+/// environment, then flags: the later wins. INVALID_ARGUMENT with a message
+/// that names the option and the source of the bad value.
+absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* argv,
+                                                   const EnvLookup& env);
+
+/// Applies a YAML document's keys to `options` (tenants included).
+absl::Status ApplyConfigYaml(const std::string& yaml_text, const std::string& origin,
+                             DaemonOptions& options);
+
+std::string HelpText(std::string_view program);
+std::string OptionsMarkdown();
+
+}  // namespace gpubroker

@@ -1,0 +1,240 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/token.h"
+#include "common/unix_socket.h"
+#include "daemon/backend/backend.h"
+#include "daemon/core/tenants.h"
+#include "daemon/core/types.h"
+
+namespace gpubroker {
+
+/// Payload key on a RESOURCE_EXHAUSTED status: "quota" or "out_of_memory".
+inline constexpr const char* kRefusalReasonKey = "gpubroker.v1/reason";
+
+/// "quota", "out_of_memory", or "" for a status that carries no reason.
+std::string RefusalReason(const absl::Status& status);
+
+struct SessionView {
+  SessionId id = 0;
+  PeerCredentials peer;
+  std::string tenant;
+  Token token{};
+  std::string client_name;
+};
+
+struct BufferView {
+  BufferId id = 0;
+  std::string name;
+  uint64_t size = 0;
+  uint64_t reserved_size = 0;
+  std::string device_uuid;
+  int device = 0;
+  std::string tenant;
+  BufferState state = BufferState::kAllocated;
+  std::optional<TensorDesc> tensor;
+  bool keep = false;
+  int64_t expires_unix_ms = 0;
+  std::vector<std::string> shared_with;
+  uint32_t leases = 0;
+  SessionId owner_session = 0;
+  int64_t created_unix_ms = 0;
+};
+
+/// A lease granted by Allocate or Open, with what the client needs to map it.
+struct BufferGrant {
+  BufferView buffer;
+  ImportInfo import;
+};
+
+struct AllocateParams {
+  uint64_t size = 0;
+  std::string device;  // UUID or ordinal; empty: the first device
+  std::string name;
+  std::optional<TensorDesc> tensor;
+  bool keep = false;
+  uint64_t ttl_ms = 0;
+  std::vector<std::string> share_with;
+};
+
+/// Which buffer: by id when id != 0, else by name.
+struct BufferKey {
+  BufferId id = 0;
+  std::string name;
+  std::string ToString() const;
+};
+
+struct OpenParams {
+  bool wait = false;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  bool allow_unsealed = false;
+  std::function<bool()> cancelled;  // polled while waiting; may be empty
+};
+
+/// What ending a session gave back.
+struct SessionEndReport {
+  SessionView session;
+  uint32_t leases_dropped = 0;
+  uint32_t buffers_freed = 0;      // owned, not kept: freed by the session's end
+  uint32_t buffers_destroyed = 0;  // memory actually returned now
+  uint64_t reclaimed_bytes = 0;    // bytes of those
+};
+
+struct ExpiryReport {
+  uint32_t buffers_expired = 0;
+  uint32_t buffers_destroyed = 0;
+  uint64_t reclaimed_bytes = 0;
+};
+
+struct TenantUsage {
+  std::string name;
+  uint64_t quota_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint32_t buffers = 0;
+  uint32_t sessions = 0;
+};
+
+/// Buffers and bytes of one tenant on one device.
+struct CellUsage {
+  int device = 0;
+  std::string tenant;
+  uint32_t buffers = 0;
+  uint64_t bytes = 0;
+};
+
+struct RegistrySnapshot {
+  uint32_t sessions = 0;
+  uint32_t buffers = 0;
+  std::vector<TenantUsage> tenants;
+  std::vector<CellUsage> cells;
+  std::vector<uint64_t> used_bytes_by_device;
+};
+
+/// The broker's books: sessions, buffers, names, leases, tenants and quotas.
+///
+/// Rules it enforces:
+///  * a buffer is visible to its tenant and to the tenants it is shared with,
+///    and to nobody else (others get NOT_FOUND, as for a buffer that does not
+///    exist);
+///  * memory goes back to the backend only when the buffer is freed (by Free,
+///    by its owner's session ending unless `keep`, or by its TTL) and no lease
+///    remains;
+///  * a tenant's bytes (rounded as the backend rounds them) never exceed its
+///    quota.
+///
+/// Thread-safe. One mutex guards the books; it is never held across a backend
+/// call, a socket write or an RPC: memory is taken before a buffer is entered
+/// and given back after it has been removed, outside the lock.
+class Registry {
+ public:
+  using Clock = std::function<int64_t()>;  // unix time in ms
+
+  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {});
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Sessions ---------------------------------------------------------------
+
+  /// UNAVAILABLE once shutdown has begun.
+  absl::StatusOr<SessionView> OpenSession(const PeerCredentials& peer, std::string client_name);
+  /// Drops the session's leases and frees what it owned (but `keep` buffers).
+  SessionEndReport EndSession(SessionId session);
+  /// The session a token belongs to; UNAUTHENTICATED when none.
+  absl::StatusOr<SessionView> Authenticate(const Token& token) const;
+
+  // Buffers ----------------------------------------------------------------
+
+  absl::StatusOr<BufferGrant> Allocate(SessionId session, const AllocateParams& params);
+  absl::StatusOr<BufferGrant> Open(SessionId session, const BufferKey& key,
+                                   const OpenParams& params);
+  absl::StatusOr<BufferView> Seal(SessionId session, BufferId id);
+  absl::Status Release(SessionId session, BufferId id, bool free);
+  absl::StatusOr<BufferView> Free(SessionId session, const BufferKey& key);
+  std::vector<BufferView> List(SessionId session) const;
+
+  // Descriptors (session.sock) ---------------------------------------------
+
+  /// The descriptor of a pool of the session's tenant.
+  absl::StatusOr<FdGrant> ExportPoolFd(SessionId session, PoolId pool);
+  /// The descriptor of a buffer with an fd of its own, on which the session holds a lease.
+  absl::StatusOr<FdGrant> ExportBufferFd(SessionId session, BufferId id);
+
+  // Time, state, shutdown --------------------------------------------------
+
+  /// Frees buffers whose TTL has passed at `now_unix_ms`.
+  ExpiryReport ExpireDue(int64_t now_unix_ms);
+  /// Unix ms of the next TTL to pass, if any.
+  std::optional<int64_t> NextExpiry() const;
+
+  RegistrySnapshot Snapshot() const;
+  const TenantDirectory& tenants() const { return tenants_; }
+  Backend& backend() { return backend_; }
+
+  /// New sessions and calls get UNAVAILABLE; waiting Opens return.
+  void BeginShutdown();
+  bool shutting_down() const;
+  /// Ends every session and gives back every buffer (at shutdown). Returns bytes.
+  uint64_t ReleaseAll();
+
+ private:
+  struct Session {
+    SessionView view;
+    absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
+    absl::flat_hash_set<BufferId> owned;
+  };
+  struct Buffer {
+    BufferView view;
+    bool freed = false;
+    std::shared_ptr<BackendBuffer> memory;
+  };
+  struct Tenant {
+    uint64_t used_bytes = 0;  // reserved bytes of its buffers, pending ones included
+    uint32_t buffers = 0;
+    uint32_t sessions = 0;
+  };
+  using Graveyard = std::vector<std::shared_ptr<BackendBuffer>>;
+
+  int64_t Now() const;
+  absl::StatusOr<int> ResolveDevice(const std::string& device) const;
+  Session* FindSession(SessionId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Buffer*> FindVisible(const Session& s, const BufferKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool Visible(const Buffer& b, const std::string& tenant);
+  void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a freed buffer with no lease; its memory goes to `dead`. Returns bytes.
+  uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Backend& backend_;
+  const TenantDirectory tenants_;
+  const Clock clock_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // a buffer appeared, was sealed or freed; shutdown began
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+  // Name -> buffer; 0 while the buffer is being allocated.
+  absl::flat_hash_map<std::string, BufferId> names_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Tenant> tenant_usage_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpubroker

@@ -1,0 +1,53 @@
+#include "common/strings.h"
+#include "daemon/core/tenants.h"
+
+#include "common/names.h"
+
+namespace gpubroker {
+
+absl::StatusOr<TenantDirectory> TenantDirectory::Create(std::vector<TenantSpec> tenants,
+                                                        uint64_t default_quota_bytes) {
+  TenantDirectory dir;
+  dir.default_quota_ = default_quota_bytes;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const TenantSpec& t = tenants[i];
+    if (auto s = ValidateTenantName(t.name); !s.ok()) return s;
+    if (!dir.by_name_.emplace(t.name, i).second) {
+      return absl::InvalidArgumentError(StrCat("tenant '", t.name, "' is declared twice"));
+    }
+    for (uid_t uid : t.uids) {
+      auto [it, fresh] = dir.by_uid_.emplace(uid, i);
+      if (!fresh) {
+        return absl::InvalidArgumentError(StrCat("uid ", uid, " is in tenants '",
+                                                       tenants[it->second].name, "' and '",
+                                                       t.name, "'"));
+      }
+    }
+    for (gid_t gid : t.gids) {
+      auto [it, fresh] = dir.by_gid_.emplace(gid, i);
+      if (!fresh) {
+        return absl::InvalidArgumentError(StrCat("gid ", gid, " is in tenants '",
+                                                       tenants[it->second].name, "' and '",
+                                                       t.name, "'"));
+      }
+    }
+  }
+  dir.tenants_ = std::move(tenants);
+  return dir;
+}
+
+std::string TenantDirectory::TenantFor(uid_t uid, gid_t gid) const {
+  if (auto it = by_uid_.find(uid); it != by_uid_.end()) return tenants_[it->second].name;
+  if (auto it = by_gid_.find(gid); it != by_gid_.end()) return tenants_[it->second].name;
+  return StrCat("uid-", uid);
+}
+
+uint64_t TenantDirectory::QuotaFor(std::string_view tenant) const {
+  if (auto it = by_name_.find(absl::string_view(tenant.data(), tenant.size()));
+      it != by_name_.end()) {
+    return tenants_[it->second].quota_bytes;
+  }
+  return default_quota_;
+}
+
+}  // namespace gpubroker

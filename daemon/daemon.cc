@@ -1,0 +1,263 @@
+#include "common/strings.h"
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/paths.h"
+#include "common/units.h"
+#include "common/unix_socket.h"
+#include "common/version.h"
+#include "daemon/backend/factory.h"
+#include "daemon/core/registry.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/service/broker_service.h"
+#include "daemon/session/session_server.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+namespace {
+
+constexpr mode_t kSocketMode = 0660;
+
+absl::Status Errno(std::string_view what) {
+  return absl::FailedPreconditionError(StrCat(what, ": ", std::strerror(errno)));
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      partial = path.substr(0, i);
+      if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Errno(StrCat("cannot create ", partial));
+      }
+    }
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(StrCat(path, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<gid_t> LookupGroup(const std::string& name) {
+  std::vector<char> buf(16384);
+  group g{};
+  group* result = nullptr;
+  if (::getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &result) != 0 || result == nullptr) {
+    return absl::InvalidArgumentError(StrCat("unknown group '", name, "'"));
+  }
+  return g.gr_gid;
+}
+
+absl::Status SetSocketOwner(const std::string& path, const std::string& group) {
+  if (::chmod(path.c_str(), kSocketMode) != 0) return Errno(StrCat("chmod ", path));
+  if (group.empty()) return absl::OkStatus();
+  auto gid = LookupGroup(group);
+  if (!gid.ok()) return gid.status();
+  if (::chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
+    return Errno(StrCat("chown ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
+  session_path_ = StrCat(options_.socket_dir, "/", kSessionSocketName);
+  grpc_path_ = StrCat(options_.socket_dir, "/", kGrpcSocketName);
+  lock_path_ = StrCat(options_.socket_dir, "/", kLockFileName);
+}
+
+Daemon::~Daemon() { Shutdown(); }
+
+absl::Status Daemon::PrepareSocketDir() {
+  if (auto s = MakeDirs(options_.socket_dir); !s.ok()) return s;
+  // The lock, not the socket files, says whether a daemon is alive: it is
+  // released by the kernel however the holder dies, so a stale socket file
+  // never blocks a new daemon.
+  lock_fd_.reset(::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock_fd_) return Errno(StrCat("cannot open ", lock_path_));
+  if (::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    [[maybe_unused]] ssize_t n = ::pread(lock_fd_.get(), pid, sizeof(pid) - 1, 0);
+    std::string holder(pid);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    lock_fd_.reset();
+    return absl::FailedPreconditionError(
+        StrCat("another gpubrokerd", holder.empty() ? "" : StrCat(" (pid ", holder, ")"),
+                     " is serving ", options_.socket_dir));
+  }
+  const std::string pid = StrCat(::getpid(), "\n");
+  if (::ftruncate(lock_fd_.get(), 0) != 0 ||
+      ::pwrite(lock_fd_.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return Errno(StrCat("cannot write ", lock_path_));
+  }
+  for (const std::string& path : {session_path_, grpc_path_}) {
+    if (::unlink(path.c_str()) == 0) {
+      spdlog::info("removed stale socket {}", path);
+    } else if (errno != ENOENT) {
+      return Errno(StrCat("cannot remove stale ", path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartMetrics() {
+  if (options_.metrics_address.empty()) return absl::OkStatus();
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics_address);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(
+        StrCat("cannot serve metrics on ", options_.metrics_address, ": ", e.what()));
+  }
+  for (const auto& c : metrics_->collectables()) exposer_->RegisterCollectable(c);
+  const auto ports = exposer_->GetListeningPorts();
+  const std::string host = options_.metrics_address.substr(0, options_.metrics_address.rfind(':'));
+  metrics_bound_ = ports.empty() ? options_.metrics_address : StrCat(host, ":", ports[0]);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartGrpc() {
+  DaemonFacts facts;
+  facts.socket_dir = options_.socket_dir;
+  facts.metrics_address = metrics_bound_;
+  facts.started_unix_ms = absl::ToUnixMillis(absl::Now());
+  service_ = std::make_unique<BrokerService>(*registry_, metrics_.get(), facts);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(StrCat("unix:", grpc_path_), grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  grpc::ResourceQuota quota("gpubrokerd");
+  quota.SetMaxThreads(1024);  // Open(wait) holds a thread while it waits
+  builder.SetResourceQuota(quota);
+  // gRPC creates the socket file itself: make it 0660 from the first instant.
+  const mode_t old_umask = ::umask(0117);
+  server_ = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (!server_) {
+    return absl::FailedPreconditionError(StrCat("cannot serve gRPC on ", grpc_path_));
+  }
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  return SetSocketOwner(grpc_path_, options_.socket_group);
+}
+
+absl::Status Daemon::Start() {
+  if (auto s = PrepareSocketDir(); !s.ok()) return s;
+
+  auto choice = CreateBackend(options_);
+  if (!choice.ok()) return choice.status();
+  backend_ = std::move(choice->backend);
+  backend_why_ = choice->why;
+
+  auto tenants = TenantDirectory::Create(options_.tenants, options_.default_quota_bytes);
+  if (!tenants.ok()) return tenants.status();
+  registry_ = std::make_unique<Registry>(*backend_, std::move(*tenants));
+
+  metrics_ = std::make_unique<Metrics>([this] {
+    MetricsSample s;
+    const RegistrySnapshot snap = registry_->Snapshot();
+    s.sessions = snap.sessions;
+    const auto& devices = backend_->devices();
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const DeviceUsage u = backend_->Usage(static_cast<int>(i));
+      s.devices.push_back({devices[i].uuid, u.capacity_bytes, u.reserved_bytes, u.used_bytes,
+                           u.free_bytes});
+    }
+    for (const auto& c : snap.cells) {
+      s.cells.push_back({devices[c.device].uuid, c.tenant, c.buffers, c.bytes});
+    }
+    for (const auto& t : snap.tenants) s.tenants.push_back({t.name, t.quota_bytes});
+    return s;
+  });
+  if (auto s = StartMetrics(); !s.ok()) return s;
+
+  auto listener = ListenUnix(session_path_, kSocketMode);
+  if (!listener.ok()) return listener.status();
+  if (auto s = SetSocketOwner(session_path_, options_.socket_group); !s.ok()) return s;
+  SessionServer::Options session_options;
+  session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
+  sessions_ = std::make_unique<SessionServer>(*registry_, metrics_.get(), session_options);
+
+  if (auto s = StartGrpc(); !s.ok()) return s;
+  if (auto s = sessions_->Start(std::move(*listener)); !s.ok()) return s;
+  reaper_ = std::thread([this] { ReapExpired(); });
+  started_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(true);
+
+  std::vector<std::string> devices;
+  for (const auto& d : backend_->devices()) {
+    devices.push_back(StrCat(d.uuid, " \"", d.name, "\" ", FormatBytes(d.capacity_bytes),
+                                   " of ", FormatBytes(d.total_bytes)));
+  }
+  std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, metrics %s\n", kVersion,
+              std::string(backend_->name()).c_str(), backend_why_.c_str(),
+              absl::StrJoin(devices, "; ").c_str(), options_.socket_dir.c_str(),
+              metrics_bound_.empty() ? "off" : metrics_bound_.c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+void Daemon::ReapExpired() {
+  while (!stop_reaper_.HasBeenNotified()) {
+    const int64_t now = absl::ToUnixMillis(absl::Now());
+    const ExpiryReport r = registry_->ExpireDue(now);
+    if (r.buffers_expired > 0) {
+      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
+      spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
+                   FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
+    }
+    // Sleep until the next TTL, but wake at least once a second for new ones.
+    int64_t wait_ms = 1000;
+    if (auto next = registry_->NextExpiry()) {
+      wait_ms = std::clamp<int64_t>(*next - absl::ToUnixMillis(absl::Now()), 1, 1000);
+    }
+    stop_reaper_.WaitForNotificationWithTimeout(absl::Milliseconds(wait_ms));
+  }
+}
+
+void Daemon::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (started_) spdlog::info("shutting down");
+  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (registry_) registry_->BeginShutdown();
+  if (sessions_) sessions_->Stop();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (reaper_.joinable()) {
+    stop_reaper_.Notify();
+    reaper_.join();
+  }
+  if (registry_) {
+    const uint64_t bytes = registry_->ReleaseAll();
+    if (bytes > 0) spdlog::info("released {} at shutdown", FormatBytes(bytes));
+  }
+  exposer_.reset();
+  server_.reset();
+  service_.reset();
+  sessions_.reset();
+  if (lock_fd_) {
+    ::unlink(session_path_.c_str());
+    ::unlink(grpc_path_.c_str());
+    ::unlink(lock_path_.c_str());
+    lock_fd_.reset();
+  }
+  if (started_) spdlog::info("stopped");
+}
+
+}  // namespace gpubroker

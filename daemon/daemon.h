@@ -1,0 +1,70 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "common/unique_fd.h"
+#include "daemon/config/options.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+}
+
+namespace gpubroker {
+
+class Backend;
+class Registry;
+class Metrics;
+class SessionServer;
+class BrokerService;
+
+/// gpubrokerd's parts, wired together: backend, registry, session socket,
+/// gRPC service, metrics, TTL reaper.
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  /// Brings every part up and prints the start line. A live daemon on the same
+  /// socket directory, a bad option or a port in use is an error here.
+  absl::Status Start();
+
+  /// Stops taking sessions, answers UNAVAILABLE, releases everything and
+  /// removes the sockets. Idempotent.
+  void Shutdown();
+
+ private:
+  absl::Status PrepareSocketDir();
+  absl::Status StartMetrics();
+  absl::Status StartGrpc();
+  void ReapExpired();
+
+  DaemonOptions options_;
+  std::string session_path_;
+  std::string grpc_path_;
+  std::string lock_path_;
+  UniqueFd lock_fd_;
+  std::string backend_why_;
+  std::string metrics_bound_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<SessionServer> sessions_;
+  std::unique_ptr<BrokerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification stop_reaper_;
+  std::thread reaper_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace gpubroker

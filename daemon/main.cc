@@ -1,0 +1,59 @@
+// gpubrokerd: wiring only. Parses options, sets up logging and signals, runs
+// the daemon until SIGTERM or SIGINT.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/version.h"
+#include "daemon/config/options.h"
+#include "daemon/daemon.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  using namespace gpubroker;
+  auto parsed = ParseCommandLine(argc, argv, [](const char* name) { return std::getenv(name); });
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "gpubrokerd: %s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (parsed->show_help) {
+    std::fputs(HelpText("gpubrokerd").c_str(), stdout);
+    return 0;
+  }
+  if (parsed->show_version) {
+    std::printf("gpubrokerd %s\n", kVersion);
+    return 0;
+  }
+  if (parsed->show_markdown) {
+    std::fputs(OptionsMarkdown().c_str(), stdout);
+    return 0;
+  }
+
+  auto logger = spdlog::stderr_color_mt("gpubrokerd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_level(spdlog::level::from_str(parsed->options.log_level));
+
+  // Signals are taken synchronously by this thread; every other thread is
+  // started after this and inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Daemon daemon(parsed->options);
+  if (auto s = daemon.Start(); !s.ok()) {
+    std::fprintf(stderr, "gpubrokerd: %s\n", std::string(s.message()).c_str());
+    daemon.Shutdown();
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  daemon.Shutdown();
+  return 0;
+}

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <string>
+
+#include "daemon/core/registry.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/util/rate_limiter.h"
+#include "gpubroker/v1/broker.grpc.pb.h"
+
+namespace gpubroker {
+
+/// Facts about the running daemon that Status reports.
+struct DaemonFacts {
+  std::string socket_dir;
+  std::string metrics_address;  // as bound (the real port), empty when off
+  int64_t started_unix_ms = 0;
+};
+
+/// gpubroker.v1.Broker over the registry: authenticates the caller by its
+/// token, converts messages, counts outcomes. No business logic lives here.
+class BrokerService final : public v1::Broker::Service {
+ public:
+  BrokerService(Registry& registry, Metrics* metrics, DaemonFacts facts);
+
+  grpc::Status Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,
+                        v1::AllocateResponse* resp) override;
+  grpc::Status Open(grpc::ServerContext* ctx, const v1::OpenRequest* req,
+                    v1::OpenResponse* resp) override;
+  grpc::Status Seal(grpc::ServerContext* ctx, const v1::SealRequest* req,
+                    v1::SealResponse* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
+                       v1::ReleaseResponse* resp) override;
+  grpc::Status Free(grpc::ServerContext* ctx, const v1::FreeRequest* req,
+                    v1::FreeResponse* resp) override;
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListRequest* req,
+                    v1::ListResponse* resp) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                      v1::StatusResponse* resp) override;
+
+ private:
+  absl::StatusOr<SessionView> Authenticate(const grpc::ServerContext& ctx) const;
+  // Logs a refused call (rate-limited) and converts its status.
+  grpc::Status Refuse(std::string_view call, const SessionView* session,
+                      const absl::Status& status);
+
+  Registry& registry_;
+  Metrics* metrics_;
+  const DaemonFacts facts_;
+  RateLimiter warn_limiter_{10.0, 50.0};
+};
+
+}  // namespace gpubroker

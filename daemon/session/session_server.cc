@@ -1,0 +1,304 @@
+#include "common/strings.h"
+#include "daemon/session/session_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/units.h"
+#include "common/version.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+namespace {
+
+constexpr auto kSweepInterval = std::chrono::milliseconds(100);
+
+v1::FdKind ToWire(FdKind kind) {
+  switch (kind) {
+    case FdKind::kHostArena:
+      return v1::FD_KIND_HOST_ARENA;
+    case FdKind::kHostBuffer:
+      return v1::FD_KIND_HOST_BUFFER;
+    case FdKind::kCudaPool:
+      return v1::FD_KIND_CUDA_POOL;
+    case FdKind::kCudaVmm:
+      return v1::FD_KIND_CUDA_VMM;
+  }
+  return v1::FD_KIND_UNSPECIFIED;
+}
+
+std::string Describe(const PeerCredentials& p) {
+  return StrCat("pid ", p.pid, " uid ", p.uid, " gid ", p.gid);
+}
+
+}  // namespace
+
+SessionServer::SessionServer(Registry& registry, Metrics* metrics, Options options)
+    : registry_(registry), metrics_(metrics), options_(options) {}
+
+SessionServer::~SessionServer() { Stop(); }
+
+absl::Status SessionServer::Start(UniqueFd listener) {
+  listener_ = std::move(listener);
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll_ || !wake_) {
+    return absl::InternalError(StrCat("epoll/eventfd: ", std::strerror(errno)));
+  }
+  for (int fd : {listener_.get(), wake_.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return absl::InternalError(StrCat("epoll_ctl: ", std::strerror(errno)));
+    }
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void SessionServer::Stop() {
+  if (!thread_.joinable()) return;
+  stopping_ = true;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  thread_.join();
+  listener_.reset();
+  v1::SessionFrame bye;
+  bye.mutable_goodbye()->set_reason("gpubrokerd is shutting down");
+  const std::string bytes = EncodeFrame(bye);
+  for (auto& [fd, c] : connections_) {
+    (void)SendAll(fd, bytes);
+    if (c->session != 0) {
+      const SessionEndReport r = registry_.EndSession(c->session);
+      spdlog::info("session {} ended by shutdown: {} tenant '{}', {} held", c->session,
+                   Describe(c->peer), r.session.tenant, FormatBytes(r.reclaimed_bytes));
+    }
+  }
+  connections_.clear();
+}
+
+void SessionServer::Warn(const std::string& message) {
+  uint64_t suppressed = 0;
+  if (!warn_limiter_.Allow(&suppressed)) return;
+  if (suppressed > 0) {
+    spdlog::warn("{} ({} similar messages suppressed)", message, suppressed);
+  } else {
+    spdlog::warn("{}", message);
+  }
+}
+
+void SessionServer::Loop() {
+  epoll_event events[64];
+  while (!stopping_) {
+    const int n = ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(kSweepInterval.count()));
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("session.sock: epoll_wait: {}", std::strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wake_.get()) continue;
+      if (fd == listener_.get()) {
+        AcceptAll();
+        continue;
+      }
+      auto it = connections_.find(fd);
+      if (it == connections_.end()) continue;
+      if (OnReadable(*it->second) == Outcome::kDrop) {
+        Connection& c = *it->second;
+        EndSession(c, c.said_goodbye);
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+        connections_.erase(it);
+      }
+    }
+    // Peers that connected but never said Hello.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      Connection& c = *it->second;
+      if (c.session == 0 && now >= c.hello_deadline) {
+        Warn(StrCat("session.sock: dropping ", Describe(c.peer),
+                          ": no Hello within the hello timeout"));
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void SessionServer::AcceptAll() {
+  for (;;) {
+    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        Warn(StrCat("session.sock: accept: ", std::strerror(errno)));
+      }
+      return;
+    }
+    auto peer = GetPeerCredentials(fd.get());
+    if (!peer.ok()) {
+      Warn(StrCat("session.sock: ", peer.status().message()));
+      continue;
+    }
+    auto c = std::make_unique<Connection>();
+    c->peer = *peer;
+    c->hello_deadline = std::chrono::steady_clock::now() + options_.hello_timeout;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd.get();
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+      Warn(StrCat("session.sock: epoll_ctl: ", std::strerror(errno)));
+      continue;
+    }
+    c->fd = std::move(fd);
+    const int raw = c->fd.get();
+    connections_[raw] = std::move(c);
+  }
+}
+
+SessionServer::Outcome SessionServer::OnReadable(Connection& c) {
+  char buf[16 * 1024];
+  for (;;) {
+    // No descriptor buffer: descriptors that a client sends are dropped by the kernel.
+    auto got = RecvSome(c.fd.get(), buf, sizeof(buf), nullptr);
+    if (!got.ok()) {
+      if (c.session == 0) Warn(StrCat("session.sock: ", Describe(c.peer), ": ", got.status().message()));
+      return Outcome::kDrop;
+    }
+    if (got->eof) {
+      if (c.decoder.buffered() > 0 && !c.said_goodbye) {
+        Warn(StrCat("session.sock: ", Describe(c.peer), " closed in the middle of a frame"));
+      }
+      return Outcome::kDrop;
+    }
+    if (got->bytes == 0) return Outcome::kKeep;  // drained
+    c.decoder.Append(std::string_view(buf, got->bytes));
+    for (;;) {
+      auto frame = c.decoder.Next();
+      if (!frame.ok()) {
+        Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ",
+                          frame.status().message()));
+        return Outcome::kDrop;
+      }
+      if (!frame->has_value()) break;
+      if (OnFrame(c, **frame) == Outcome::kDrop) return Outcome::kDrop;
+    }
+  }
+}
+
+SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
+  switch (frame.body_case()) {
+    case v1::SessionFrame::kHello:
+      return OnHello(c, frame.hello());
+    case v1::SessionFrame::kFdRequest:
+      if (c.session == 0) break;
+      return OnFdRequest(c, frame.fd_request());
+    case v1::SessionFrame::kGoodbye:
+      c.said_goodbye = true;
+      return Outcome::kDrop;
+    default:
+      break;
+  }
+  Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": unexpected frame (field ",
+                    static_cast<int>(frame.body_case()), ")",
+                    c.session == 0 ? " before Hello" : ""));
+  return Outcome::kDrop;
+}
+
+SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& hello) {
+  if (c.session != 0) {
+    Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": second Hello"));
+    return Outcome::kDrop;
+  }
+  v1::SessionFrame reply;
+  if (hello.protocol_version() != kProtocolVersion) {
+    auto* e = reply.mutable_error();
+    e->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+    e->set_message(StrCat("protocol version ", hello.protocol_version(),
+                                " is not supported; this daemon speaks ", kProtocolVersion));
+    SendFrame(c, reply);
+    return Outcome::kDrop;
+  }
+  auto session = registry_.OpenSession(c.peer, hello.client_name().substr(0, 64));
+  if (!session.ok()) {
+    auto* e = reply.mutable_error();
+    e->set_code(static_cast<int>(session.status().code()));
+    e->set_message(std::string(session.status().message()));
+    SendFrame(c, reply);
+    return Outcome::kDrop;
+  }
+  c.session = session->id;
+  if (metrics_ != nullptr) metrics_->SessionStarted();
+  spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
+               session->tenant, session->client_name);
+  auto* w = reply.mutable_welcome();
+  w->set_session_id(session->id);
+  w->set_token(std::string(session->token.begin(), session->token.end()));
+  w->set_tenant(session->tenant);
+  w->set_daemon_version(kVersion);
+  w->set_backend(std::string(registry_.backend().name()));
+  w->set_protocol_version(kProtocolVersion);
+  return SendFrame(c, reply);
+}
+
+SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdRequest& request) {
+  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no pool or buffer");
+  if (request.target_case() == v1::FdRequest::kPoolId) {
+    grant = registry_.ExportPoolFd(c.session, request.pool_id());
+  } else if (request.target_case() == v1::FdRequest::kBufferId) {
+    grant = registry_.ExportBufferFd(c.session, request.buffer_id());
+  }
+  v1::SessionFrame reply;
+  if (!grant.ok()) {
+    Warn(StrCat("session ", c.session, ": fd request refused: ", grant.status().message()));
+    auto* e = reply.mutable_error();
+    e->set_request_id(request.request_id());
+    e->set_code(static_cast<int>(grant.status().code()));
+    e->set_message(std::string(grant.status().message()));
+    return SendFrame(c, reply);
+  }
+  auto* g = reply.mutable_fd_grant();
+  g->set_request_id(request.request_id());
+  g->set_kind(ToWire(grant->kind));
+  if (request.target_case() == v1::FdRequest::kPoolId) g->set_pool_id(request.pool_id());
+  if (request.target_case() == v1::FdRequest::kBufferId) g->set_buffer_id(request.buffer_id());
+  g->set_size(grant->size);
+  g->set_device_uuid(grant->device_uuid);
+  return SendFrame(c, reply, grant->fd.get());  // our copy closes when `grant` goes
+}
+
+SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,
+                                                int fd) {
+  if (auto s = SendAll(c.fd.get(), EncodeFrame(frame), fd); !s.ok()) {
+    Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", s.message()));
+    return Outcome::kDrop;
+  }
+  return Outcome::kKeep;
+}
+
+void SessionServer::EndSession(Connection& c, bool clean) {
+  if (c.session == 0) return;
+  const SessionEndReport r = registry_.EndSession(c.session);
+  c.session = 0;
+  if (metrics_ != nullptr) {
+    metrics_->SessionEnded(clean);
+    if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
+  }
+  spdlog::info("session {} {}: {} tenant '{}', {} leases dropped", r.session.id,
+               clean ? "closed" : "died", Describe(r.session.peer), r.session.tenant,
+               r.leases_dropped);
+  if (r.buffers_freed > 0 || r.reclaimed_bytes > 0) {
+    spdlog::info("reclaim: session {} ({} tenant '{}'): {} buffers freed, {} returned ({} bytes)",
+                 r.session.id, Describe(r.session.peer), r.session.tenant, r.buffers_freed,
+                 FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
+  }
+}
+
+}  // namespace gpubroker

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages that gpubroker needs to build and test.
+# Idempotent: apt-get runs only when a package is missing, so a warm machine
+# spends no time here. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
+  libspdlog-dev libfmt-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
+  libabsl-dev libgtest-dev libgmock-dev
+  clang libclang-rt-dev
+)
+
+# Debian 12 ships the clang runtime as libclang-rt-14-dev; newer releases have
+# an unversioned metapackage. Pick whichever this release knows.
+resolve() {
+  local p=$1
+  if [ "$p" = libclang-rt-dev ]; then
+    for c in libclang-rt-dev libclang-rt-14-dev libclang-rt-18-dev; do
+      if apt-cache show "$c" >/dev/null 2>&1; then echo "$c"; return; fi
+    done
+    return
+  fi
+  echo "$p"
+}
+
+missing=()
+for p in "${packages[@]}"; do
+  [ -n "$p" ] || continue
+  p=$(resolve "$p")
+  [ -n "$p" ] || continue
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
