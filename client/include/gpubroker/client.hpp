@@ -1,0 +1,151 @@
+#pragma once
+
+/// @file client.hpp
+/// @brief The gpubroker C++ client: connect to gpubrokerd, allocate, share and
+/// open buffers with no copy.
+///
+/// @code
+///   auto client = gpubroker::Client::connect();
+///   auto buf = client.allocate(64 << 20, {.name = "frames"});
+///   std::memset(buf.data(), 1, buf.size());
+///   buf.seal();
+///   // in another process:
+///   auto view = client.open("frames", {.wait = true});
+/// @endcode
+///
+/// A Client is thread-safe. A Buffer is a handle for one thread at a time.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpubroker/error.hpp"
+#include "gpubroker/export.h"
+#include "gpubroker/types.hpp"
+
+namespace gpubroker {
+
+namespace detail {
+class ClientImpl;
+class Mapping;
+}  // namespace detail
+
+/// @brief A lease on a buffer and this process's mapping of it.
+///
+/// Destroying the handle unmaps the memory first, then drops the lease (the
+/// daemon returns the memory only once no lease remains). When the handle came
+/// from Client::allocate and the buffer is not `keep`, dropping it also frees
+/// the buffer: its name goes away, and its memory returns once every other
+/// process's lease has dropped. Move-only.
+class GPUBROKER_API Buffer {
+ public:
+  Buffer() = default;
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  /// @brief The buffer's memory in this process (host pointer on the host
+  /// backend, device pointer on the CUDA backends).
+  void* data() const noexcept;
+  /// @brief Bytes asked for at allocation.
+  uint64_t size() const noexcept { return info_.size; }
+  BufferId id() const noexcept { return info_.id; }
+  const std::string& name() const noexcept { return info_.name; }
+  /// @brief UUID of the device the buffer lives on.
+  const std::string& device() const noexcept { return info_.device_uuid; }
+  const std::optional<TensorDesc>& tensor() const noexcept { return info_.tensor; }
+  /// @brief The daemon's description, as of the last call on this handle.
+  const BufferInfo& info() const noexcept { return info_; }
+  /// @brief True when this handle came from allocate().
+  bool is_owner() const noexcept { return owner_; }
+  bool valid() const noexcept { return impl_ != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+
+  /// @brief The memory as a span of T (host backend).
+  template <typename T>
+  std::span<T> as() const {
+    return {static_cast<T*>(data()), static_cast<size_t>(size() / sizeof(T))};
+  }
+
+  /// @brief Marks the writes complete (ALLOCATED -> SEALED); readers waiting in
+  /// open() wake up.
+  /// @throws FailedPreconditionError without a lease; PermissionDeniedError for
+  ///         another tenant's buffer.
+  void seal();
+
+  /// @brief Unmaps and drops the lease now (what the destructor does), but
+  /// reports errors. The handle is empty afterwards.
+  /// @throws Error when the daemon refuses; UnavailableError when it is gone.
+  void release();
+
+ private:
+  friend class Client;
+  Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,
+         std::unique_ptr<detail::Mapping> mapping, bool owner);
+  void Reset(bool report_errors);
+
+  std::shared_ptr<detail::ClientImpl> impl_;
+  BufferInfo info_;
+  std::unique_ptr<detail::Mapping> mapping_;
+  bool owner_ = false;
+};
+
+/// @brief A session with gpubrokerd. Cheap to copy (copies share the session).
+/// The session ends when the last copy and the last Buffer are gone, or when
+/// the process dies; the daemon then reclaims what the session held.
+class GPUBROKER_API Client {
+ public:
+  /// @brief Connects to the daemon.
+  /// @param socket_dir where the daemon's sockets are; empty: $GPUBROKER_SOCKET_DIR,
+  ///        else the daemon's default (/run/gpubroker as root,
+  ///        $XDG_RUNTIME_DIR/gpubroker otherwise).
+  /// @throws UnavailableError when no daemon answers there.
+  static Client connect(const std::string& socket_dir = {}, const ConnectOptions& options = {});
+
+  /// @brief Allocates a buffer; this session owns it and holds a lease on it.
+  /// @throws InvalidArgumentError (size 0, over the device, bad name or tensor),
+  ///         AlreadyExistsError (name taken), ResourceExhaustedError (quota or device full).
+  Buffer allocate(uint64_t size, const AllocateOptions& options = {});
+
+  /// @brief Opens a buffer by name.
+  /// @throws NotFoundError, FailedPreconditionError (not sealed, no wait),
+  ///         DeadlineExceededError (the wait ran out).
+  Buffer open(std::string_view name, const OpenOptions& options = {});
+  /// @brief Opens a buffer by id.
+  Buffer open(BufferId id, const OpenOptions& options = {});
+  /// @brief Opens by name, or by id when `name_or_id` is all digits.
+  Buffer open(std::string_view name_or_id, bool wait,
+              std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  /// @brief Frees a buffer of this tenant: the name goes at once, the memory
+  /// once no lease remains. `name_or_id`: all digits means an id.
+  /// @return the buffer as it was when freed.
+  BufferInfo free(std::string_view name_or_id);
+  BufferInfo free(BufferId id);
+
+  /// @brief The buffers this tenant may see.
+  std::vector<BufferInfo> list();
+  /// @brief Version, backend, devices, pools, tenants, sessions.
+  BrokerStatus status();
+
+  /// @brief This client's session (id, tenant, daemon version, backend).
+  const SessionInfo& session() const;
+  const std::string& socket_dir() const;
+
+ private:
+  explicit Client(std::shared_ptr<detail::ClientImpl> impl);
+  Buffer Open(BufferId id, std::string_view name, const OpenOptions& options);
+  BufferInfo Free(BufferId id, std::string_view name);
+
+  std::shared_ptr<detail::ClientImpl> impl_;
+};
+
+/// @brief The client library's version.
+GPUBROKER_API const char* ClientVersion();
+
+}  // namespace gpubroker

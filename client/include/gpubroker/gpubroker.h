@@ -1,0 +1,177 @@
+/**
+ * @file gpubroker.h
+ * @brief C ABI of the gpubroker client library (libgpubroker.so).
+ *
+ * Opaque handles, plain status codes and a thread-local error message, so that
+ * any language with a C FFI (Python's ctypes, Rust, Go, Julia) can bind to it.
+ *
+ * Every function that can fail returns a gpubroker_status_t; on failure,
+ * gpubroker_last_error() returns what went wrong on the calling thread (valid
+ * until the next failing call on that thread). Output pointers are written
+ * only on success. A client handle may be used from several threads; a buffer
+ * handle from one thread at a time.
+ */
+#ifndef GPUBROKER_GPUBROKER_H_
+#define GPUBROKER_GPUBROKER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(GPUBROKER_BUILDING_LIBRARY)
+#define GPUBROKER_C_API __attribute__((visibility("default")))
+#else
+#define GPUBROKER_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Result codes; the numbers are gRPC's status codes. */
+typedef enum gpubroker_status {
+  GPUBROKER_OK = 0,
+  GPUBROKER_CANCELLED = 1,
+  GPUBROKER_UNKNOWN = 2,
+  GPUBROKER_INVALID_ARGUMENT = 3,
+  GPUBROKER_DEADLINE_EXCEEDED = 4,
+  GPUBROKER_NOT_FOUND = 5,
+  GPUBROKER_ALREADY_EXISTS = 6,
+  GPUBROKER_PERMISSION_DENIED = 7,
+  GPUBROKER_RESOURCE_EXHAUSTED = 8,
+  GPUBROKER_FAILED_PRECONDITION = 9,
+  GPUBROKER_ABORTED = 10,
+  GPUBROKER_OUT_OF_RANGE = 11,
+  GPUBROKER_UNIMPLEMENTED = 12,
+  GPUBROKER_INTERNAL = 13,
+  GPUBROKER_UNAVAILABLE = 14,
+  GPUBROKER_DATA_LOSS = 15,
+  GPUBROKER_UNAUTHENTICATED = 16
+} gpubroker_status_t;
+
+/** @brief Element types (values of gpubroker.v1.DType). */
+typedef enum gpubroker_dtype {
+  GPUBROKER_DTYPE_UNSPECIFIED = 0,
+  GPUBROKER_DTYPE_BOOL = 1,
+  GPUBROKER_DTYPE_INT8 = 2,
+  GPUBROKER_DTYPE_UINT8 = 3,
+  GPUBROKER_DTYPE_INT16 = 4,
+  GPUBROKER_DTYPE_UINT16 = 5,
+  GPUBROKER_DTYPE_INT32 = 6,
+  GPUBROKER_DTYPE_UINT32 = 7,
+  GPUBROKER_DTYPE_INT64 = 8,
+  GPUBROKER_DTYPE_UINT64 = 9,
+  GPUBROKER_DTYPE_FLOAT16 = 10,
+  GPUBROKER_DTYPE_BFLOAT16 = 11,
+  GPUBROKER_DTYPE_FLOAT32 = 12,
+  GPUBROKER_DTYPE_FLOAT64 = 13,
+  GPUBROKER_DTYPE_COMPLEX64 = 14,
+  GPUBROKER_DTYPE_COMPLEX128 = 15
+} gpubroker_dtype_t;
+
+/** @brief A session with gpubrokerd. */
+typedef struct gpubroker_client gpubroker_client_t;
+/** @brief A lease on a buffer plus this process's mapping of it. */
+typedef struct gpubroker_buffer gpubroker_buffer_t;
+
+/** @brief Options of gpubroker_allocate. Initialize with gpubroker_alloc_options_init. */
+typedef struct gpubroker_alloc_options {
+  uint32_t struct_size;     /**< sizeof(gpubroker_alloc_options_t), for evolution */
+  const char* device;       /**< UUID or ordinal; NULL or "": the first device */
+  const char* name;         /**< NULL or "": unnamed */
+  int keep;                 /**< nonzero: outlive this session */
+  uint64_t ttl_ms;          /**< 0: no TTL */
+  int32_t dtype;            /**< gpubroker_dtype_t; UNSPECIFIED: no tensor descriptor */
+  uint32_t ndim;
+  const int64_t* shape;     /**< ndim extents */
+  const int64_t* strides;   /**< ndim strides in elements, or NULL for C-contiguous */
+  uint64_t byte_offset;
+  const char* const* share_with; /**< tenant names */
+  uint32_t n_share_with;
+} gpubroker_alloc_options_t;
+
+/** @brief Options of gpubroker_open. Initialize with gpubroker_open_options_init. */
+typedef struct gpubroker_open_options {
+  uint32_t struct_size;
+  int wait;            /**< nonzero: wait until the buffer exists and is sealed */
+  int64_t timeout_ms;  /**< bound of the wait (default 30000) */
+  int allow_unsealed;  /**< nonzero: open a buffer still being written */
+} gpubroker_open_options_t;
+
+GPUBROKER_C_API void gpubroker_alloc_options_init(gpubroker_alloc_options_t* options);
+GPUBROKER_C_API void gpubroker_open_options_init(gpubroker_open_options_t* options);
+
+/** @brief Message of the last failure on this thread ("" when none). */
+GPUBROKER_C_API const char* gpubroker_last_error(void);
+/** @brief "OK", "NOT_FOUND", ... */
+GPUBROKER_C_API const char* gpubroker_status_name(gpubroker_status_t status);
+/** @brief The library's version, e.g. "0.1.0". */
+GPUBROKER_C_API const char* gpubroker_version(void);
+
+/**
+ * @brief Connects to gpubrokerd.
+ * @param socket_dir NULL or "": $GPUBROKER_SOCKET_DIR, else the daemon's default.
+ * @return GPUBROKER_UNAVAILABLE when no daemon answers.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_connect(const char* socket_dir,
+                                                      gpubroker_client_t** out);
+/** @brief Drops this handle; the session ends once its buffers are gone too. */
+GPUBROKER_C_API void gpubroker_disconnect(gpubroker_client_t* client);
+
+/** @brief Allocates a buffer owned by this session. options may be NULL. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
+                                                       const gpubroker_alloc_options_t* options,
+                                                       gpubroker_buffer_t** out);
+/** @brief Opens a buffer by name, or by id when name_or_id is all digits. options may be NULL. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_open(gpubroker_client_t* client,
+                                                   const char* name_or_id,
+                                                   const gpubroker_open_options_t* options,
+                                                   gpubroker_buffer_t** out);
+/** @brief Opens a buffer by id. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_open_id(gpubroker_client_t* client, uint64_t id,
+                                                      const gpubroker_open_options_t* options,
+                                                      gpubroker_buffer_t** out);
+/** @brief Frees a buffer of this tenant by name or id. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_free(gpubroker_client_t* client,
+                                                   const char* name_or_id);
+/** @brief JSON array of the buffers this tenant may see; free with gpubroker_string_free. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_list_json(gpubroker_client_t* client, char** out);
+/** @brief JSON document of the daemon's status; free with gpubroker_string_free. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_status_json(gpubroker_client_t* client, char** out);
+GPUBROKER_C_API void gpubroker_string_free(char* s);
+
+/** @brief Marks the producer's writes complete. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer);
+/**
+ * @brief Unmaps, drops the lease (an owner's unkept buffer is also freed) and
+ * destroys the handle, whatever the result. NULL is a no-op.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer);
+
+GPUBROKER_C_API void* gpubroker_buffer_data(const gpubroker_buffer_t* buffer);
+GPUBROKER_C_API uint64_t gpubroker_buffer_size(const gpubroker_buffer_t* buffer);
+GPUBROKER_C_API uint64_t gpubroker_buffer_id(const gpubroker_buffer_t* buffer);
+/** @brief "" when unnamed. Valid as long as the handle. */
+GPUBROKER_C_API const char* gpubroker_buffer_name(const gpubroker_buffer_t* buffer);
+/** @brief UUID of the buffer's device. Valid as long as the handle. */
+GPUBROKER_C_API const char* gpubroker_buffer_device(const gpubroker_buffer_t* buffer);
+GPUBROKER_C_API int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* buffer);
+GPUBROKER_C_API int gpubroker_buffer_is_owner(const gpubroker_buffer_t* buffer);
+/**
+ * @brief The tensor descriptor; GPUBROKER_NOT_FOUND when the producer declared none.
+ * shape and strides point into the handle (strides are filled in C-contiguous when
+ * the producer gave none).
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffer_t* buffer,
+                                                            int32_t* dtype, uint32_t* ndim,
+                                                            const int64_t** shape,
+                                                            const int64_t** strides,
+                                                            uint64_t* byte_offset);
+/** @brief JSON of the buffer's description; free with gpubroker_string_free. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* buffer,
+                                                               char** out);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // GPUBROKER_GPUBROKER_H_

@@ -1,0 +1,153 @@
+#pragma once
+
+/// @file types.hpp
+/// @brief Value types of the gpubroker C++ client: tensors, buffers, status.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpubroker/export.h"
+
+namespace gpubroker {
+
+/// @brief Element type of a tensor; the values are gpubroker.v1.DType's.
+enum class DType : int {
+  kUnspecified = 0,
+  kBool = 1,
+  kInt8 = 2,
+  kUInt8 = 3,
+  kInt16 = 4,
+  kUInt16 = 5,
+  kInt32 = 6,
+  kUInt32 = 7,
+  kInt64 = 8,
+  kUInt64 = 9,
+  kFloat16 = 10,
+  kBFloat16 = 11,
+  kFloat32 = 12,
+  kFloat64 = 13,
+  kComplex64 = 14,
+  kComplex128 = 15,
+};
+
+/// @brief NumPy's name of a dtype ("float32", "bfloat16", ...).
+GPUBROKER_API std::string_view DTypeName(DType dtype);
+/// @brief The dtype of a NumPy-style name; std::nullopt when unknown.
+GPUBROKER_API std::optional<DType> DTypeFromName(std::string_view name);
+/// @brief Bytes per element (0 for kUnspecified).
+GPUBROKER_API uint64_t DTypeSize(DType dtype);
+
+/// @brief What a consumer needs to build a framework array over a buffer.
+struct TensorDesc {
+  DType dtype = DType::kUnspecified;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  ///< in elements (DLPack); empty: C-contiguous
+  uint64_t byte_offset = 0;
+};
+
+using BufferId = uint64_t;
+
+enum class BufferState {
+  kAllocated,  ///< the producer is still writing
+  kSealed,     ///< writes complete; readers may start
+  kFreed,      ///< freed; its memory returns once the last lease drops
+};
+
+/// @brief "allocated", "sealed", "freed".
+GPUBROKER_API std::string_view BufferStateName(BufferState state);
+
+/// @brief A buffer as the daemon describes it.
+struct BufferInfo {
+  BufferId id = 0;
+  std::string name;
+  uint64_t size = 0;           ///< bytes asked for
+  uint64_t reserved_size = 0;  ///< bytes taken from the device (rounded)
+  std::string device_uuid;
+  std::string tenant;
+  BufferState state = BufferState::kAllocated;
+  std::optional<TensorDesc> tensor;
+  bool keep = false;
+  int64_t expires_unix_ms = 0;  ///< 0: no TTL
+  std::vector<std::string> shared_with;
+  uint32_t leases = 0;
+  uint64_t owner_session = 0;  ///< 0 once the owner's session has ended
+  int64_t created_unix_ms = 0;
+};
+
+struct DeviceStatus {
+  std::string uuid;
+  std::string name;
+  std::string backend;
+  int ordinal = 0;
+  uint64_t total_bytes = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint32_t buffers = 0;
+  std::string compute_capability;
+};
+
+struct TenantStatus {
+  std::string name;
+  uint64_t quota_bytes = 0;  ///< 0: unlimited
+  uint64_t used_bytes = 0;
+  uint32_t buffers = 0;
+  uint32_t sessions = 0;
+};
+
+/// @brief This client's session.
+struct SessionInfo {
+  uint64_t id = 0;
+  std::string tenant;
+  std::string daemon_version;
+  std::string backend;
+};
+
+struct BrokerStatus {
+  std::string version;
+  std::string backend;
+  std::vector<DeviceStatus> devices;
+  std::vector<TenantStatus> tenants;
+  uint32_t sessions = 0;
+  uint32_t buffers = 0;
+  std::string metrics_address;
+  std::string socket_dir;
+  int64_t started_unix_ms = 0;
+  uint64_t self_session_id = 0;
+  std::string self_tenant;
+};
+
+/// @brief Options of Client::allocate.
+struct AllocateOptions {
+  std::string device;  ///< UUID or ordinal; empty: the first device
+  std::string name;    ///< optional; unique on the node
+  std::optional<TensorDesc> tensor;
+  bool keep = false;  ///< outlive this process's session (until freed or TTL)
+  std::chrono::milliseconds ttl{0};     ///< 0: no TTL
+  std::vector<std::string> share_with;  ///< tenants that may open it too
+};
+
+/// @brief Options of Client::open.
+struct OpenOptions {
+  bool wait = false;  ///< wait until the buffer exists and is sealed
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};  ///< bound of the wait
+  bool allow_unsealed = false;  ///< open a buffer that is still being written
+};
+
+/// @brief Options of Client::connect.
+struct ConnectOptions {
+  std::string client_name = "cpp";  ///< shown in the daemon's log
+  std::chrono::milliseconds call_timeout{std::chrono::seconds(30)};  ///< deadline of each call
+};
+
+/// @brief JSON renderings, as `gpubroker --json` prints them.
+GPUBROKER_API std::string ToJson(const BufferInfo& info);
+GPUBROKER_API std::string ToJson(const std::vector<BufferInfo>& buffers);
+GPUBROKER_API std::string ToJson(const BrokerStatus& status);
+
+}  // namespace gpubroker

@@ -1,0 +1,198 @@
+#include "gpubroker/client.hpp"
+
+#include <cctype>
+
+#include "client/src/client_impl.h"
+#include "common/paths.h"
+#include "common/strings.h"
+#include "common/version.h"
+
+namespace gpubroker {
+namespace {
+
+// All digits: an id; names never start with a digit.
+bool LooksLikeId(std::string_view s, BufferId* id) {
+  return !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) && ParseInt(s, id);
+}
+
+}  // namespace
+
+const char* ClientVersion() { return kVersion; }
+
+// Buffer ---------------------------------------------------------------------
+
+Buffer::Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,
+               std::unique_ptr<detail::Mapping> mapping, bool owner)
+    : impl_(std::move(impl)), info_(std::move(info)), mapping_(std::move(mapping)), owner_(owner) {}
+
+Buffer::~Buffer() { Reset(false); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : impl_(std::move(other.impl_)),
+      info_(std::move(other.info_)),
+      mapping_(std::move(other.mapping_)),
+      owner_(other.owner_) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset(false);
+    impl_ = std::move(other.impl_);
+    info_ = std::move(other.info_);
+    mapping_ = std::move(other.mapping_);
+    owner_ = other.owner_;
+  }
+  return *this;
+}
+
+void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullptr; }
+
+void Buffer::seal() {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx);
+  v1::SealRequest req;
+  req.set_id(info_.id);
+  v1::SealResponse resp;
+  grpc::Status s = impl_->stub().Seal(&ctx, req, &resp);
+  if (!s.ok()) impl_->Throw(s);
+  info_ = detail::FromProto(resp.buffer());
+}
+
+void Buffer::release() { Reset(true); }
+
+void Buffer::Reset(bool report_errors) {
+  if (!impl_) return;
+  // Unmap before the lease drops: the daemon may hand the memory to someone
+  // else as soon as the last lease is gone.
+  mapping_.reset();
+  auto impl = std::move(impl_);
+  grpc::ClientContext ctx;
+  impl->Prepare(ctx);
+  v1::ReleaseRequest req;
+  req.set_id(info_.id);
+  req.set_free(owner_ && !info_.keep);
+  v1::ReleaseResponse resp;
+  grpc::Status s = impl->stub().Release(&ctx, req, &resp);
+  // A daemon that is gone has already dropped the lease with the session.
+  if (!s.ok() && report_errors) impl->Throw(s);
+}
+
+// Client ---------------------------------------------------------------------
+
+Client::Client(std::shared_ptr<detail::ClientImpl> impl) : impl_(std::move(impl)) {}
+
+Client Client::connect(const std::string& socket_dir, const ConnectOptions& options) {
+  const std::string dir = socket_dir.empty() ? ClientSocketDir() : socket_dir;
+  return Client(std::make_shared<detail::ClientImpl>(dir, options));
+}
+
+Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
+  v1::AllocateRequest req;
+  req.set_size(size);
+  req.set_device(options.device);
+  req.set_name(options.name);
+  if (options.tensor) detail::ToProto(*options.tensor, req.mutable_tensor());
+  req.set_keep(options.keep);
+  req.set_ttl_ms(static_cast<uint64_t>(options.ttl.count()));
+  for (const auto& t : options.share_with) req.add_share_with(t);
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx);
+  v1::AllocateResponse resp;
+  grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);
+  if (!s.ok()) impl_->Throw(s);
+  BufferInfo info = detail::FromProto(resp.buffer());
+  // From here on the lease is ours: hand it to a Buffer before mapping, so
+  // that a failed mapping still releases it.
+  Buffer buffer(impl_, std::move(info), nullptr, true);
+  buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
+  return buffer;
+}
+
+Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
+  v1::OpenRequest req;
+  if (id != 0) {
+    req.mutable_ref()->set_id(id);
+  } else {
+    req.mutable_ref()->set_name(std::string(name));
+  }
+  req.set_wait(options.wait);
+  req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
+  req.set_allow_unsealed(options.allow_unsealed);
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
+  v1::OpenResponse resp;
+  grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
+  if (!s.ok()) impl_->Throw(s);
+  Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
+  buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
+  return buffer;
+}
+
+Buffer Client::open(std::string_view name, const OpenOptions& options) {
+  return Open(0, name, options);
+}
+
+Buffer Client::open(BufferId id, const OpenOptions& options) {
+  if (id == 0) ThrowError(ErrorCode::kInvalidArgument, "buffer id 0 is not an id");
+  return Open(id, {}, options);
+}
+
+Buffer Client::open(std::string_view name_or_id, bool wait, std::chrono::milliseconds timeout) {
+  OpenOptions options;
+  options.wait = wait;
+  options.timeout = timeout;
+  BufferId id = 0;
+  if (LooksLikeId(name_or_id, &id)) return open(id, options);
+  return open(name_or_id, options);
+}
+
+BufferInfo Client::Free(BufferId id, std::string_view name) {
+  v1::FreeRequest req;
+  if (id != 0) {
+    req.mutable_ref()->set_id(id);
+  } else {
+    req.mutable_ref()->set_name(std::string(name));
+  }
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx);
+  v1::FreeResponse resp;
+  grpc::Status s = impl_->stub().Free(&ctx, req, &resp);
+  if (!s.ok()) impl_->Throw(s);
+  return detail::FromProto(resp.buffer());
+}
+
+BufferInfo Client::free(std::string_view name_or_id) {
+  BufferId id = 0;
+  if (LooksLikeId(name_or_id, &id)) return free(id);
+  return Free(0, name_or_id);
+}
+
+BufferInfo Client::free(BufferId id) {
+  if (id == 0) ThrowError(ErrorCode::kInvalidArgument, "buffer id 0 is not an id");
+  return Free(id, {});
+}
+
+std::vector<BufferInfo> Client::list() {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx);
+  v1::ListResponse resp;
+  grpc::Status s = impl_->stub().List(&ctx, v1::ListRequest(), &resp);
+  if (!s.ok()) impl_->Throw(s);
+  std::vector<BufferInfo> out;
+  for (const auto& b : resp.buffers()) out.push_back(detail::FromProto(b));
+  return out;
+}
+
+BrokerStatus Client::status() {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx);
+  v1::StatusResponse resp;
+  grpc::Status s = impl_->stub().Status(&ctx, v1::StatusRequest(), &resp);
+  if (!s.ok()) impl_->Throw(s);
+  return detail::FromProto(resp);
+}
+
+const SessionInfo& Client::session() const { return impl_->session(); }
+const std::string& Client::socket_dir() const { return impl_->socket_dir(); }
+
+}  // namespace gpubroker

@@ -1,0 +1,119 @@
+#include "client/src/client_impl.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/paths.h"
+#include "common/strings.h"
+#include "common/token.h"
+#include "gpubroker/error.hpp"
+
+namespace gpubroker::detail {
+namespace {
+
+constexpr auto kHelloTimeout = std::chrono::seconds(10);
+
+class HostMapping final : public Mapping {
+ public:
+  HostMapping(void* base, size_t length) : base_(base), length_(length) {}
+  ~HostMapping() override { ::munmap(base_, length_); }
+  void* data() const override { return base_; }
+
+ private:
+  void* base_;
+  size_t length_;
+};
+
+std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   static_cast<off_t>(offset));
+  if (p == MAP_FAILED) {
+    ThrowError(ErrorCode::kInternal,
+               StrCat("mmap of ", length, " bytes at offset ", offset, ": ", std::strerror(errno)));
+  }
+  return std::make_unique<HostMapping>(p, length);
+}
+
+}  // namespace
+
+ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
+    : socket_dir_(std::move(socket_dir)), options_(std::move(options)) {
+  session_channel_ = std::make_unique<SessionChannel>(
+      StrCat(socket_dir_, "/", kSessionSocketName), options_.client_name, kHelloTimeout);
+  const v1::Welcome& w = session_channel_->welcome();
+  Token token{};
+  std::memcpy(token.data(), w.token().data(), token.size());
+  token_hex_ = TokenToHex(token);
+  session_.id = w.session_id();
+  session_.tenant = w.tenant();
+  session_.daemon_version = w.daemon_version();
+  session_.backend = w.backend();
+  grpc::ChannelArguments args;
+  // Local socket: fail fast instead of retrying with backoff when the daemon is gone.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(StrCat("unix:", socket_dir_, "/", kGrpcSocketName),
+                                       grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::Broker::NewStub(channel_);
+}
+
+ClientImpl::~ClientImpl() { session_channel_->SayGoodbye(); }
+
+void ClientImpl::Prepare(grpc::ClientContext& ctx, std::chrono::milliseconds extra) const {
+  ctx.AddMetadata(kTokenMetadataKey, token_hex_);
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout + extra);
+}
+
+void ClientImpl::Throw(const grpc::Status& status) const {
+  const auto code = static_cast<ErrorCode>(status.error_code());
+  if (code == ErrorCode::kUnavailable || code == ErrorCode::kDeadlineExceeded) {
+    // Transport failures carry gRPC's words; say where we were calling too.
+    if (status.error_message().find("gpubrokerd") == std::string::npos) {
+      ThrowError(code, StrCat("gpubrokerd at ", socket_dir_, ": ", status.error_message()));
+    }
+  }
+  ThrowError(code, status.error_message());
+}
+
+std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id) {
+  std::lock_guard lock(pools_mu_);
+  if (auto it = pools_.find(pool_id); it != pools_.end()) return it->second;
+  v1::FdRequest req;
+  req.set_pool_id(pool_id);
+  v1::FdGrant grant;
+  auto pool = std::make_shared<ImportedPool>();
+  pool->fd = session_channel_->RequestFd(std::move(req), &grant);
+  pool->size = grant.size();
+  pools_[pool_id] = pool;
+  return pool;
+}
+
+std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
+  switch (import.kind()) {
+    case v1::IMPORT_KIND_HOST_ARENA: {
+      auto pool = Pool(import.pool_id());
+      if (import.offset() + import.mapped_size() > pool->size) {
+        ThrowError(ErrorCode::kInternal, "buffer lies outside its pool");
+      }
+      return MapHost(pool->fd.get(), import.offset(), import.mapped_size());
+    }
+    case v1::IMPORT_KIND_HOST_FD: {
+      v1::FdRequest req;
+      req.set_buffer_id(id);
+      v1::FdGrant grant;
+      UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
+      return MapHost(fd.get(), 0, import.mapped_size());  // the mapping outlives the fd
+    }
+    case v1::IMPORT_KIND_CUDA_POOL:
+    case v1::IMPORT_KIND_CUDA_VMM:
+      ThrowError(ErrorCode::kUnimplemented,
+                 "this client library was built without CUDA support; cannot map a CUDA buffer");
+    default:
+      ThrowError(ErrorCode::kInternal, StrCat("unknown import kind ", static_cast<int>(import.kind())));
+  }
+}
+
+}  // namespace gpubroker::detail

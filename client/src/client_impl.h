@@ -1,0 +1,101 @@
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "common/frame.h"
+#include "common/unique_fd.h"
+#include "gpubroker/types.hpp"
+#include "gpubroker/v1/broker.grpc.pb.h"
+#include "gpubroker/v1/session.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gpubroker::detail {
+
+/// This process's view of one buffer's memory; unmaps on destruction.
+class Mapping {
+ public:
+  virtual ~Mapping() = default;
+  virtual void* data() const = 0;
+};
+
+/// The client end of session.sock: the session's lifeline and the channel on
+/// which descriptors arrive. Thread-safe: one request at a time.
+class SessionChannel {
+ public:
+  /// Connects, says Hello, waits for Welcome. Throws UnavailableError.
+  SessionChannel(const std::string& path, const std::string& client_name,
+                 std::chrono::milliseconds timeout);
+  ~SessionChannel();
+
+  const v1::Welcome& welcome() const { return welcome_; }
+
+  /// Asks for a pool's or a buffer's descriptor and waits for it. Throws the
+  /// daemon's refusal as an Error.
+  UniqueFd RequestFd(v1::FdRequest request, v1::FdGrant* grant);
+
+  /// Tells the daemon that this session ends on purpose ("closed", not "died").
+  void SayGoodbye() noexcept;
+
+ private:
+  v1::SessionFrame ReadFrame(std::chrono::milliseconds timeout, UniqueFd* fd);
+
+  std::mutex mu_;
+  UniqueFd fd_;
+  FrameDecoder decoder_;
+  std::deque<UniqueFd> fds_;  // received, not yet matched to their FdGrant
+  uint64_t next_request_id_ = 1;
+  v1::Welcome welcome_;
+  std::chrono::milliseconds timeout_;
+};
+
+/// A descriptor fetched from the daemon and kept for the life of the session.
+struct ImportedPool {
+  UniqueFd fd;
+  uint64_t size = 0;
+};
+
+class ClientImpl {
+ public:
+  ClientImpl(std::string socket_dir, ConnectOptions options);
+  ~ClientImpl();
+
+  v1::Broker::Stub& stub() { return *stub_; }
+  /// Token metadata and deadline for a call (`extra` on top of the call timeout).
+  void Prepare(grpc::ClientContext& ctx,
+               std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
+
+  /// Maps a buffer the daemon just granted (fetching and caching its pool).
+  std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id);
+
+  const SessionInfo& session() const { return session_; }
+  const std::string& socket_dir() const { return socket_dir_; }
+
+  /// Throws the typed Error for a failed call.
+  [[noreturn]] void Throw(const grpc::Status& status) const;
+
+ private:
+  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id);
+
+  std::string socket_dir_;
+  ConnectOptions options_;
+  std::unique_ptr<SessionChannel> session_channel_;
+  SessionInfo session_;
+  std::string token_hex_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Broker::Stub> stub_;
+
+  std::mutex pools_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<ImportedPool>> pools_;
+};
+
+BufferInfo FromProto(const v1::BufferInfo& info);
+BrokerStatus FromProto(const v1::StatusResponse& status);
+void ToProto(const TensorDesc& tensor, v1::TensorDescriptor* out);
+
+}  // namespace gpubroker::detail

@@ -1,0 +1,112 @@
+#include <cerrno>
+#include <cstring>
+
+#include "client/src/client_impl.h"
+#include "common/strings.h"
+#include "common/unix_socket.h"
+#include "common/version.h"
+#include "gpubroker/error.hpp"
+
+namespace gpubroker::detail {
+
+SessionChannel::SessionChannel(const std::string& path, const std::string& client_name,
+                               std::chrono::milliseconds timeout)
+    : timeout_(timeout) {
+  auto fd = ConnectUnix(path);
+  if (!fd.ok()) {
+    ThrowError(ErrorCode::kUnavailable,
+               StrCat("no gpubrokerd answers at ", path, ": ", View(fd.status().message())));
+  }
+  fd_ = std::move(*fd);
+  v1::SessionFrame hello;
+  hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+  hello.mutable_hello()->set_client_name(client_name);
+  if (auto s = SendAll(fd_.get(), EncodeFrame(hello)); !s.ok()) {
+    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
+  }
+  std::lock_guard lock(mu_);
+  v1::SessionFrame reply = ReadFrame(timeout, nullptr);
+  if (reply.has_error()) {
+    ThrowError(static_cast<ErrorCode>(reply.error().code()), reply.error().message());
+  }
+  if (!reply.has_welcome() || reply.welcome().token().size() != 16) {
+    ThrowError(ErrorCode::kInternal, "session.sock: the daemon did not answer Hello with Welcome");
+  }
+  welcome_ = reply.welcome();
+}
+
+SessionChannel::~SessionChannel() = default;
+
+v1::SessionFrame SessionChannel::ReadFrame(std::chrono::milliseconds timeout, UniqueFd* fd) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  std::vector<UniqueFd> received;
+  for (;;) {
+    auto frame = decoder_.Next();
+    if (!frame.ok()) {
+      ThrowError(ErrorCode::kInternal,
+                 StrCat("session.sock: bad frame from the daemon: ", View(frame.status().message())));
+    }
+    if (frame->has_value()) {
+      v1::SessionFrame f = std::move(**frame);
+      if (f.has_fd_grant()) {
+        // The descriptor travelled in the same sendmsg as this frame, so it
+        // has arrived by the time the frame is complete.
+        if (fds_.empty()) ThrowError(ErrorCode::kInternal, "session.sock: FdGrant without a descriptor");
+        if (fd != nullptr) *fd = std::move(fds_.front());
+        fds_.pop_front();
+      }
+      return f;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (auto s = WaitReadable(fd_.get(), std::max(left, std::chrono::milliseconds(0))); !s.ok()) {
+      ThrowError(ErrorCode::kDeadlineExceeded, "session.sock: the daemon did not answer in time");
+    }
+    received.clear();
+    auto got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
+    if (!got.ok()) {
+      ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(got.status().message())));
+    }
+    if (got->eof) ThrowError(ErrorCode::kUnavailable, "gpubrokerd closed the session");
+    for (auto& r : received) fds_.push_back(std::move(r));
+    decoder_.Append(std::string_view(buf, got->bytes));
+  }
+}
+
+UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_request_id_++;
+  request.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_fd_request() = std::move(request);
+  if (auto s = SendAll(fd_.get(), EncodeFrame(frame)); !s.ok()) {
+    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
+  }
+  for (;;) {
+    UniqueFd fd;
+    v1::SessionFrame reply = ReadFrame(timeout_, &fd);
+    if (reply.has_goodbye()) {
+      ThrowError(ErrorCode::kUnavailable, StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
+    }
+    if (reply.has_error() && reply.error().request_id() == id) {
+      ThrowError(static_cast<ErrorCode>(reply.error().code()), reply.error().message());
+    }
+    if (reply.has_fd_grant() && reply.fd_grant().request_id() == id) {
+      if (grant != nullptr) *grant = reply.fd_grant();
+      return fd;
+    }
+    // Anything else answers an earlier request that gave up; skip it.
+  }
+}
+
+void SessionChannel::SayGoodbye() noexcept {
+  std::lock_guard lock(mu_);
+  if (!fd_) return;
+  v1::SessionFrame bye;
+  bye.mutable_goodbye()->set_reason("client closed");
+  (void)SendAll(fd_.get(), EncodeFrame(bye));
+  fd_.reset();
+}
+
+}  // namespace gpubroker::detail
