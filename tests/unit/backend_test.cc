@@ -1,0 +1,169 @@
+// One suite, run against every backend this machine has. The host backend is
+// always there; the CUDA backends join where a GPU is usable.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "daemon/backend/host_backend.h"
+#include "gtest/gtest.h"
+#include "tests/unit/backends_under_test.h"
+
+namespace gpubroker {
+namespace {
+
+class BackendTest : public ::testing::TestWithParam<BackendUnderTest> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    backend_ = GetParam().make(&why);
+    if (!backend_) GTEST_SKIP() << GetParam().name << ": " << why;
+  }
+  AllocationRequest Request(uint64_t size, const std::string& tenant = "t",
+                            bool isolated = false) {
+    return AllocationRequest{0, tenant, size, isolated};
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_P(BackendTest, ReportsAtLeastOneDeviceWithCapacity) {
+  ASSERT_FALSE(backend_->devices().empty());
+  for (const auto& d : backend_->devices()) {
+    EXPECT_FALSE(d.uuid.empty());
+    EXPECT_GT(d.capacity_bytes, 0u);
+    EXPECT_GE(d.total_bytes, d.capacity_bytes);
+  }
+}
+
+TEST_P(BackendTest, RoundsToGranularityAndAccountsForIt) {
+  const DeviceUsage before = backend_->Usage(0);
+  auto buffer = backend_->Allocate(Request(1));
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const uint64_t reserved = (*buffer)->reserved_size();
+  EXPECT_GE(reserved, 1u);
+  EXPECT_EQ(reserved, backend_->RoundedSize(0, 1, false));
+  EXPECT_EQ(backend_->Usage(0).used_bytes, before.used_bytes + reserved);
+  buffer->reset();
+  EXPECT_EQ(backend_->Usage(0).used_bytes, before.used_bytes);
+}
+
+TEST_P(BackendTest, RefusesWhenFullAndSaysHowFull) {
+  const uint64_t capacity = backend_->devices()[0].capacity_bytes;
+  auto big = backend_->Allocate(Request(capacity));
+  ASSERT_TRUE(big.ok()) << big.status();
+  auto more = backend_->Allocate(Request(1, "other"));
+  ASSERT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(more.status().message()).find("requested"), std::string::npos);
+  big->reset();
+  EXPECT_TRUE(backend_->Allocate(Request(1, "other")).ok());
+}
+
+TEST_P(BackendTest, PoolFdGoesOnlyToItsTenant) {
+  auto buffer = backend_->Allocate(Request(4096, "alice"));
+  ASSERT_TRUE(buffer.ok());
+  const ImportInfo& info = (*buffer)->import_info();
+  ASSERT_NE(info.pool_id, 0u);
+  auto mine = backend_->ExportPool(info.pool_id, "alice");
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_TRUE(mine->fd.valid());
+  EXPECT_EQ(backend_->ExportPool(info.pool_id, "mallory").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(backend_->ExportPool(info.pool_id + 1000, "alice").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_P(BackendTest, TenantsGetSeparatePools) {
+  auto a = backend_->Allocate(Request(4096, "alice"));
+  auto b = backend_->Allocate(Request(4096, "bob"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE((*a)->import_info().pool_id, (*b)->import_info().pool_id);
+}
+
+TEST_P(BackendTest, IsolatedBufferHasAnFdOfItsOwn) {
+  auto shared = backend_->Allocate(Request(10000, "alice", /*isolated=*/true));
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ((*shared)->import_info().pool_id, 0u);
+  auto grant = (*shared)->ExportFd();
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->size, (*shared)->reserved_size());
+  auto pooled = backend_->Allocate(Request(10000, "alice"));
+  ASSERT_TRUE(pooled.ok());
+  EXPECT_FALSE((*pooled)->ExportFd().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest, ::testing::ValuesIn(BackendsUnderTest()),
+                         [](const auto& p) { return p.param.name; });
+
+// Host-specific: the memory behind the descriptors.
+
+void* Map(int fd, uint64_t offset, uint64_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  EXPECT_NE(p, MAP_FAILED);
+  return p;
+}
+
+TEST(HostBackend, ArenaFdIsSealedAgainstResizing) {
+  HostBackend backend(1 << 20);
+  auto buffer = backend.Allocate({0, "t", 4096, false});
+  ASSERT_TRUE(buffer.ok());
+  auto pool = backend.ExportPool((*buffer)->import_info().pool_id, "t");
+  ASSERT_TRUE(pool.ok());
+  EXPECT_NE(ftruncate(pool->fd.get(), 0), 0) << "a client could shrink the arena";
+  EXPECT_NE(ftruncate(pool->fd.get(), 1 << 30), 0) << "a client could grow the arena";
+}
+
+TEST(HostBackend, TwoMappingsSeeTheSameBytes) {
+  HostBackend backend(1 << 20);
+  auto buffer = backend.Allocate({0, "t", 8192, false});
+  ASSERT_TRUE(buffer.ok());
+  const ImportInfo info = (*buffer)->import_info();
+  auto fd1 = backend.ExportPool(info.pool_id, "t");
+  auto fd2 = backend.ExportPool(info.pool_id, "t");
+  auto* a = static_cast<unsigned char*>(Map(fd1->fd.get(), info.offset, info.mapped_size));
+  auto* b = static_cast<unsigned char*>(Map(fd2->fd.get(), info.offset, info.mapped_size));
+  a[0] = 0x5a;
+  a[8191] = 0xa5;
+  EXPECT_EQ(b[0], 0x5a);
+  EXPECT_EQ(b[8191], 0xa5);
+  munmap(a, info.mapped_size);
+  munmap(b, info.mapped_size);
+}
+
+TEST(HostBackend, FreedRangesAreZeroedAndTheirPagesReleased) {
+  HostBackend backend(1 << 20);
+  auto buffer = backend.Allocate({0, "t", 64 * 1024, false});
+  ASSERT_TRUE(buffer.ok());
+  const ImportInfo info = (*buffer)->import_info();
+  auto pool = backend.ExportPool(info.pool_id, "t");
+  auto* p = static_cast<unsigned char*>(Map(pool->fd.get(), info.offset, info.mapped_size));
+  std::memset(p, 0xee, info.mapped_size);
+  EXPECT_GE(backend.Usage(0).reserved_bytes, info.mapped_size);
+  munmap(p, info.mapped_size);
+  buffer->reset();
+  EXPECT_EQ(backend.Usage(0).reserved_bytes, 0u);
+  auto again = backend.Allocate({0, "t", 64 * 1024, false});
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ((*again)->import_info().offset, info.offset);
+  p = static_cast<unsigned char*>(Map(pool->fd.get(), info.offset, info.mapped_size));
+  for (uint64_t i = 0; i < info.mapped_size; ++i) ASSERT_EQ(p[i], 0) << "at " << i;
+  munmap(p, info.mapped_size);
+}
+
+TEST(HostBackend, IsolatedFdExposesNothingBeyondItsBuffer) {
+  HostBackend backend(1 << 20);
+  auto secret = backend.Allocate({0, "alice", 4096, false});
+  auto shared = backend.Allocate({0, "alice", 4096, true});
+  ASSERT_TRUE(secret.ok() && shared.ok());
+  auto grant = (*shared)->ExportFd();
+  ASSERT_TRUE(grant.ok());
+  struct stat st {};
+  ASSERT_EQ(fstat(grant->fd.get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), (*shared)->reserved_size());
+  EXPECT_NE(ftruncate(grant->fd.get(), 1 << 20), 0);
+}
+
+}  // namespace
+}  // namespace gpubroker

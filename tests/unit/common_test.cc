@@ -1,0 +1,142 @@
+// Frames, names, units, tokens.
+#include <string>
+
+#include "common/frame.h"
+#include "common/names.h"
+#include "common/token.h"
+#include "common/units.h"
+#include "gtest/gtest.h"
+
+namespace gpubroker {
+namespace {
+
+v1::SessionFrame Hello(const std::string& name) {
+  v1::SessionFrame f;
+  f.mutable_hello()->set_protocol_version(1);
+  f.mutable_hello()->set_client_name(name);
+  return f;
+}
+
+TEST(FrameCodec, RoundTripsFramesSplitAtEveryByte) {
+  std::string stream = EncodeFrame(Hello("a")) + EncodeFrame(Hello(std::string(300, 'b')));
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    FrameDecoder d;
+    d.Append(std::string_view(stream).substr(0, cut));
+    std::vector<std::string> names;
+    for (;;) {
+      auto f = d.Next();
+      ASSERT_TRUE(f.ok());
+      if (!f->has_value()) break;
+      names.push_back((*f)->hello().client_name());
+    }
+    d.Append(std::string_view(stream).substr(cut));
+    for (;;) {
+      auto f = d.Next();
+      ASSERT_TRUE(f.ok());
+      if (!f->has_value()) break;
+      names.push_back((*f)->hello().client_name());
+    }
+    ASSERT_EQ(names.size(), 2u) << "cut at " << cut;
+    EXPECT_EQ(names[0], "a");
+    EXPECT_EQ(names[1], std::string(300, 'b'));
+    EXPECT_EQ(d.buffered(), 0u);
+  }
+}
+
+TEST(FrameCodec, RejectsOversizeLength) {
+  FrameDecoder d;
+  const char header[4] = {0, 0, 0, 0x40};  // 1 GiB
+  d.Append(std::string_view(header, 4));
+  auto f = d.Next();
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FrameCodec, RejectsBodyThatDoesNotParse) {
+  FrameDecoder d;
+  const char bytes[] = {5, 0, 0, 0, '\xff', '\xff', '\xff', '\xff', '\xff'};
+  d.Append(std::string_view(bytes, sizeof(bytes)));
+  EXPECT_FALSE(d.Next().ok());
+}
+
+TEST(FrameCodec, RejectsEmptyFrame) {
+  FrameDecoder d;
+  const char bytes[] = {0, 0, 0, 0};
+  d.Append(std::string_view(bytes, sizeof(bytes)));
+  EXPECT_FALSE(d.Next().ok());
+}
+
+TEST(FrameCodec, TruncatedFrameWaitsForMore) {
+  FrameDecoder d;
+  std::string frame = EncodeFrame(Hello("xyz"));
+  d.Append(std::string_view(frame).substr(0, frame.size() - 1));
+  auto f = d.Next();
+  ASSERT_TRUE(f.ok());
+  EXPECT_FALSE(f->has_value());
+  EXPECT_EQ(d.buffered(), frame.size() - 1);
+}
+
+TEST(Names, AcceptsTheDocumentedCharset) {
+  EXPECT_TRUE(ValidateName("a").ok());
+  EXPECT_TRUE(ValidateName("_x").ok());
+  EXPECT_TRUE(ValidateName("dataset:train.v2-shard_07").ok());
+  EXPECT_TRUE(ValidateName(std::string(kMaxNameLength, 'n')).ok());
+}
+
+TEST(Names, RejectsWhatIsOutside) {
+  EXPECT_FALSE(ValidateName("").ok());
+  EXPECT_FALSE(ValidateName("a/b").ok());
+  EXPECT_FALSE(ValidateName("7up").ok());
+  EXPECT_FALSE(ValidateName(".hidden").ok());
+  EXPECT_FALSE(ValidateName("has space").ok());
+  EXPECT_FALSE(ValidateName(std::string("nul\0x", 5)).ok());
+  EXPECT_FALSE(ValidateName(std::string(kMaxNameLength + 1, 'n')).ok());
+  auto s = ValidateName(std::string(300, 'n'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("300"), std::string::npos);
+  EXPECT_NE(std::string(ValidateName("a/b").message()).find("'/'"), std::string::npos);
+}
+
+TEST(Units, ParsesSizes) {
+  EXPECT_EQ(*ParseBytes("4096"), 4096u);
+  EXPECT_EQ(*ParseBytes("64MiB"), 64u << 20);
+  EXPECT_EQ(*ParseBytes("64mib"), 64u << 20);
+  EXPECT_EQ(*ParseBytes("1G"), 1u << 30);
+  EXPECT_EQ(*ParseBytes("1.5GiB"), 3u << 29);
+  EXPECT_EQ(*ParseBytes("2 KiB"), 2048u);
+  EXPECT_EQ(*ParseBytes("1GB"), 1000000000u);
+  EXPECT_EQ(*ParseBytes("512k"), 512u * 1024);
+  EXPECT_FALSE(ParseBytes("").ok());
+  EXPECT_FALSE(ParseBytes("MiB").ok());
+  EXPECT_FALSE(ParseBytes("12 parsecs").ok());
+  EXPECT_FALSE(ParseBytes("-1").ok());
+  EXPECT_FALSE(ParseBytes("99999999999999999999").ok());
+  EXPECT_FALSE(ParseBytes("17000000TiB").ok());
+}
+
+TEST(Units, FormatsSizes) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(64u << 20), "64 MiB");
+  EXPECT_EQ(FormatBytes(3u << 29), "1.50 GiB");
+}
+
+TEST(Units, ParsesDurations) {
+  EXPECT_EQ(*ParseDurationMs("500ms"), 500u);
+  EXPECT_EQ(*ParseDurationMs("30s"), 30000u);
+  EXPECT_EQ(*ParseDurationMs("30"), 30000u);
+  EXPECT_EQ(*ParseDurationMs("5m"), 300000u);
+  EXPECT_EQ(*ParseDurationMs("2h"), 7200000u);
+  EXPECT_FALSE(ParseDurationMs("5 fortnights").ok());
+}
+
+TEST(Tokens, HexRoundTripAndRejectsJunk) {
+  Token t = RandomToken();
+  EXPECT_NE(t, RandomToken());
+  EXPECT_EQ(TokenToHex(t).size(), 32u);
+  EXPECT_EQ(*TokenFromHex(TokenToHex(t)), t);
+  EXPECT_FALSE(TokenFromHex("xyz"));
+  EXPECT_FALSE(TokenFromHex(std::string(32, 'g')));
+  EXPECT_FALSE(TokenFromHex(std::string(31, 'a')));
+}
+
+}  // namespace
+}  // namespace gpubroker

@@ -1,0 +1,369 @@
+// The registry's rules (names, leases, the free rule, quotas, tenants, TTL),
+// run over every backend this machine has, with real memory behind them.
+#include "daemon/core/registry.h"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "daemon/backend/host_backend.h"
+#include "gtest/gtest.h"
+#include "tests/unit/backends_under_test.h"
+
+namespace gpubroker {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr uint64_t kMiB = 1 << 20;
+
+class RegistryTest : public ::testing::TestWithParam<BackendUnderTest> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    backend_ = GetParam().make(&why);
+    if (!backend_) GTEST_SKIP() << GetParam().name << ": " << why;
+    Make({});
+  }
+
+  void Make(std::vector<TenantSpec> tenants, uint64_t default_quota = 0) {
+    registry_.reset();
+    auto dir = TenantDirectory::Create(std::move(tenants), default_quota);
+    ASSERT_TRUE(dir.ok());
+    registry_ = std::make_unique<Registry>(*backend_, std::move(*dir), [this] { return now_ms_.load(); });
+  }
+
+  SessionId Session(uid_t uid = 1000) {
+    auto s = registry_->OpenSession(PeerCredentials{100, uid, uid}, "test");
+    EXPECT_TRUE(s.ok());
+    return s->id;
+  }
+
+  BufferGrant Alloc(SessionId s, uint64_t size, std::string name = {}, bool keep = false) {
+    AllocateParams p;
+    p.size = size;
+    p.name = std::move(name);
+    p.keep = keep;
+    auto g = registry_->Allocate(s, p);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : BufferGrant{};
+  }
+
+  uint64_t Used() const { return backend_->Usage(0).used_bytes; }
+  uint64_t TenantUsed(const std::string& tenant) const {
+    for (const auto& t : registry_->Snapshot().tenants) {
+      if (t.name == tenant) return t.used_bytes;
+    }
+    return 0;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Registry> registry_;
+  std::atomic<int64_t> now_ms_{1'000'000};
+};
+
+TEST_P(RegistryTest, AllocateDescribesTheBufferAndLeasesItToTheOwner) {
+  SessionId s = Session();
+  AllocateParams p;
+  p.size = 1000;
+  p.name = "frames";
+  p.tensor = TensorDesc{12, {10, 25}, {}, 0};
+  auto g = registry_->Allocate(s, p);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NE(g->buffer.id, 0u);
+  EXPECT_EQ(g->buffer.name, "frames");
+  EXPECT_EQ(g->buffer.size, 1000u);
+  EXPECT_GE(g->buffer.reserved_size, 1000u);
+  EXPECT_EQ(g->buffer.tenant, "uid-1000");
+  EXPECT_EQ(g->buffer.state, BufferState::kAllocated);
+  EXPECT_EQ(g->buffer.leases, 1u);
+  EXPECT_EQ(g->buffer.owner_session, s);
+  ASSERT_TRUE(g->buffer.tensor);
+  EXPECT_EQ(g->buffer.tensor->shape, (std::vector<int64_t>{10, 25}));
+  EXPECT_EQ(g->import.mapped_size, g->buffer.reserved_size);
+  EXPECT_EQ(Used(), g->buffer.reserved_size);
+}
+
+TEST_P(RegistryTest, RefusesBadInputWithInvalidArgument) {
+  SessionId s = Session();
+  auto code = [&](AllocateParams p) { return registry_->Allocate(s, p).status().code(); };
+  EXPECT_EQ(code({.size = 0}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = backend_->devices()[0].capacity_bytes + 1}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = 1, .name = "a/b"}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = 1, .name = std::string(300, 'x')}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = 1, .device = "GPU-nonexistent"}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = 1, .device = "7"}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = 4, .tensor = TensorDesc{12, {2}, {}, 0}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({.size = 1, .share_with = {"no spaces allowed"}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_TRUE(registry_->Allocate(s, {.size = 1, .device = "0"}).ok());
+  EXPECT_TRUE(
+      registry_->Allocate(s, {.size = 1, .device = backend_->devices()[0].uuid}).ok());
+}
+
+TEST_P(RegistryTest, NamesAreUniqueUntilFreed) {
+  SessionId a = Session();
+  SessionId b = Session(2000);
+  auto first = Alloc(a, 100, "model.weights");
+  auto clash = registry_->Allocate(b, {.size = 100, .name = "model.weights"});
+  EXPECT_EQ(clash.status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(registry_->Free(a, {0, "model.weights"}).ok());
+  EXPECT_TRUE(registry_->Allocate(b, {.size = 100, .name = "model.weights"}).ok());
+  (void)first;
+}
+
+TEST_P(RegistryTest, OpenNeedsSealUnlessAskedOtherwise) {
+  SessionId p = Session();
+  SessionId c = Session();
+  auto g = Alloc(p, 4096, "x");
+  auto early = registry_->Open(c, {0, "x"}, {});
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(registry_->Open(c, {0, "x"}, {.allow_unsealed = true}).ok());
+  ASSERT_TRUE(registry_->Seal(p, g.buffer.id).ok());
+  auto opened = registry_->Open(c, {g.buffer.id, {}}, {});
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(opened->buffer.state, BufferState::kSealed);
+  EXPECT_EQ(opened->buffer.leases, 3u);
+  EXPECT_EQ(opened->import.offset, g.import.offset);
+  EXPECT_EQ(registry_->Open(c, {0, "nope"}, {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Open(c, {999999, {}}, {}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(RegistryTest, OpenWaitWakesWhenTheProducerSeals) {
+  SessionId p = Session();
+  SessionId c = Session();
+  std::atomic<bool> sealed{false};
+  std::thread consumer([&] {
+    OpenParams params;
+    params.wait = true;
+    params.deadline = std::chrono::steady_clock::now() + 10s;
+    auto g = registry_->Open(c, {0, "later"}, params);
+    EXPECT_TRUE(g.ok()) << g.status();
+    EXPECT_TRUE(sealed.load()) << "Open returned before the seal";
+    if (g.ok()) {
+      EXPECT_EQ(g->buffer.state, BufferState::kSealed);
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  auto g = Alloc(p, 4096, "later");  // exists now, but is not sealed yet
+  std::this_thread::sleep_for(50ms);
+  sealed = true;
+  ASSERT_TRUE(registry_->Seal(p, g.buffer.id).ok());
+  consumer.join();
+}
+
+TEST_P(RegistryTest, OpenWaitEndsAtTheDeadlineOrCancellationOrShutdown) {
+  SessionId c = Session();
+  OpenParams params;
+  params.wait = true;
+  params.deadline = std::chrono::steady_clock::now() + 150ms;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(registry_->Open(c, {0, "never"}, params).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+
+  params.deadline = std::chrono::steady_clock::now() + 10s;
+  std::atomic<bool> cancel{false};
+  params.cancelled = [&] { return cancel.load(); };
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    cancel = true;
+  });
+  EXPECT_EQ(registry_->Open(c, {0, "never"}, params).status().code(),
+            absl::StatusCode::kCancelled);
+  t.join();
+
+  params.cancelled = {};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(50ms);
+    registry_->BeginShutdown();
+  });
+  EXPECT_EQ(registry_->Open(c, {0, "never"}, params).status().code(),
+            absl::StatusCode::kUnavailable);
+  stopper.join();
+}
+
+TEST_P(RegistryTest, MemoryReturnsOnlyWhenFreedAndNoLeaseRemains) {
+  SessionId p = Session();
+  SessionId c = Session();
+  auto g = Alloc(p, kMiB, "x");
+  ASSERT_TRUE(registry_->Seal(p, g.buffer.id).ok());
+  ASSERT_TRUE(registry_->Open(c, {0, "x"}, {}).ok());
+  ASSERT_TRUE(registry_->Release(p, g.buffer.id, /*free=*/true).ok());
+  EXPECT_EQ(registry_->Open(c, {0, "x"}, {}).status().code(), absl::StatusCode::kNotFound)
+      << "a freed name must be gone at once";
+  EXPECT_EQ(Used(), g.buffer.reserved_size) << "the consumer's lease keeps the memory";
+  ASSERT_EQ(registry_->List(p).size(), 1u);
+  EXPECT_EQ(registry_->List(p)[0].state, BufferState::kFreed);
+  ASSERT_TRUE(registry_->Release(c, g.buffer.id, false).ok());
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_TRUE(registry_->List(p).empty());
+  EXPECT_EQ(registry_->Release(c, g.buffer.id, false).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(RegistryTest, SessionEndFreesWhatItOwnedExceptKeep) {
+  SessionId owner = Session();
+  SessionId reader = Session();
+  auto plain = Alloc(owner, kMiB, "plain");
+  auto kept = Alloc(owner, 2 * kMiB, "kept", /*keep=*/true);
+  auto leased = Alloc(owner, 3 * kMiB, "leased");
+  ASSERT_TRUE(registry_->Open(reader, {leased.buffer.id, {}}, {.allow_unsealed = true}).ok());
+  const SessionEndReport r = registry_->EndSession(owner);
+  EXPECT_EQ(r.buffers_freed, 2u);
+  EXPECT_EQ(r.buffers_destroyed, 1u);
+  EXPECT_EQ(r.reclaimed_bytes, plain.buffer.reserved_size);
+  EXPECT_EQ(Used(), kept.buffer.reserved_size + leased.buffer.reserved_size);
+  auto k = registry_->Open(reader, {0, "kept"}, {.allow_unsealed = true});
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->buffer.owner_session, 0u);
+  EXPECT_EQ(registry_->Authenticate(Token{}).status().code(), absl::StatusCode::kUnauthenticated);
+  const SessionEndReport r2 = registry_->EndSession(reader);
+  EXPECT_EQ(r2.leases_dropped, 2u);
+  EXPECT_EQ(r2.reclaimed_bytes, leased.buffer.reserved_size);
+  EXPECT_EQ(Used(), kept.buffer.reserved_size);
+  SessionId later = Session();
+  ASSERT_TRUE(registry_->Free(later, {0, "kept"}).ok());
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_P(RegistryTest, TokensAuthenticateTheirSessionOnly) {
+  auto s = registry_->OpenSession(PeerCredentials{1, 1000, 1000}, "t");
+  ASSERT_TRUE(s.ok());
+  auto found = registry_->Authenticate(s->token);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->id, s->id);
+  Token wrong = s->token;
+  wrong[0] ^= 1;
+  EXPECT_EQ(registry_->Authenticate(wrong).status().code(), absl::StatusCode::kUnauthenticated);
+  registry_->EndSession(s->id);
+  EXPECT_EQ(registry_->Authenticate(s->token).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(registry_->Allocate(s->id, {.size = 1}).status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST_P(RegistryTest, QuotaRefusesWithTheNumbersAndFreesUp) {
+  Make({{"team", {1000}, {}, 4 * kMiB}});
+  SessionId s = Session(1000);
+  auto a = Alloc(s, 3 * kMiB);
+  auto over = registry_->Allocate(s, {.size = 2 * kMiB});
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(RefusalReason(over.status()), "quota");
+  const std::string msg(over.status().message());
+  EXPECT_NE(msg.find("team"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(2 * kMiB)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(kMiB)), std::string::npos) << msg;  // what is left
+  EXPECT_EQ(TenantUsed("team"), a.buffer.reserved_size);
+  ASSERT_TRUE(registry_->Release(s, a.buffer.id, true).ok());
+  EXPECT_TRUE(registry_->Allocate(s, {.size = 4 * kMiB}).ok());
+  // Another tenant is not bound by it.
+  SessionId other = Session(3000);
+  EXPECT_TRUE(registry_->Allocate(other, {.size = 8 * kMiB}).ok());
+}
+
+TEST_P(RegistryTest, OtherTenantsSeeNothingUnlessShared) {
+  SessionId alice = Session(1000);
+  SessionId bob = Session(2000);
+  SessionId carol = Session(3000);
+  auto secret = Alloc(alice, 4096, "secret");
+  ASSERT_TRUE(registry_->Seal(alice, secret.buffer.id).ok());
+  auto by_id = registry_->Open(bob, {secret.buffer.id, {}}, {});
+  EXPECT_EQ(by_id.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(std::string(by_id.status().message()),
+            "no buffer with id " + std::to_string(secret.buffer.id))
+      << "another tenant's buffer must read like a missing one";
+  EXPECT_EQ(registry_->Open(bob, {0, "secret"}, {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Free(bob, {secret.buffer.id, {}}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->List(bob).empty());
+  EXPECT_EQ(registry_->ExportPoolFd(bob, secret.import.pool_id).status().code(),
+            absl::StatusCode::kNotFound);
+
+  auto shared = registry_->Allocate(alice, {.size = 4096, .name = "for-bob",
+                                            .share_with = {"uid-2000"}});
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->import.pool_id, 0u) << "a cross-tenant buffer must have an fd of its own";
+  ASSERT_TRUE(registry_->Seal(alice, shared->buffer.id).ok());
+  auto opened = registry_->Open(bob, {0, "for-bob"}, {});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_TRUE(registry_->ExportBufferFd(bob, shared->buffer.id).ok());
+  EXPECT_EQ(registry_->Seal(bob, shared->buffer.id).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_->Free(bob, {0, "for-bob"}).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_->Open(carol, {0, "for-bob"}, {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->ExportBufferFd(carol, shared->buffer.id).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_EQ(registry_->List(bob).size(), 1u);
+}
+
+TEST_P(RegistryTest, TtlFreesKeptBuffers) {
+  SessionId s = Session();
+  auto g = registry_->Allocate(s, {.size = kMiB, .name = "cache", .keep = true, .ttl_ms = 5000});
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->buffer.expires_unix_ms, now_ms_.load() + 5000);
+  ASSERT_TRUE(registry_->Release(s, g->buffer.id, false).ok());
+  registry_->EndSession(s);
+  EXPECT_EQ(registry_->NextExpiry(), now_ms_.load() + 5000);
+  EXPECT_EQ(registry_->ExpireDue(now_ms_.load() + 4999).buffers_expired, 0u);
+  EXPECT_EQ(Used(), g->buffer.reserved_size);
+  const ExpiryReport r = registry_->ExpireDue(now_ms_.load() + 5000);
+  EXPECT_EQ(r.buffers_expired, 1u);
+  EXPECT_EQ(r.reclaimed_bytes, g->buffer.reserved_size);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_FALSE(registry_->NextExpiry());
+}
+
+TEST_P(RegistryTest, ConcurrentChurnLeavesNothingBehind) {
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      SessionId mine = Session(1000);
+      SessionId reader = Session(1000);
+      std::mt19937 rng(t);
+      for (int i = 0; i < 300; ++i) {
+        const std::string name = "n" + std::to_string(t) + "." + std::to_string(i);
+        auto g = registry_->Allocate(mine, {.size = 1 + rng() % 65536, .name = name});
+        ASSERT_TRUE(g.ok()) << g.status();
+        ASSERT_TRUE(registry_->Seal(mine, g->buffer.id).ok());
+        auto o = registry_->Open(reader, {0, name}, {});
+        ASSERT_TRUE(o.ok()) << o.status();
+        ASSERT_TRUE(registry_->Release(mine, g->buffer.id, true).ok());
+        ASSERT_TRUE(registry_->Release(reader, g->buffer.id, false).ok());
+      }
+      registry_->EndSession(mine);
+      registry_->EndSession(reader);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const RegistrySnapshot snap = registry_->Snapshot();
+  EXPECT_EQ(snap.buffers, 0u);
+  EXPECT_EQ(snap.sessions, 0u);
+  EXPECT_EQ(Used(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, RegistryTest, ::testing::ValuesIn(BackendsUnderTest()),
+                         [](const auto& p) { return p.param.name; });
+
+// Backend refusals roll everything back.
+TEST(RegistryOnHost, DeviceFullRollsBackNameAndQuota) {
+  HostBackend backend(4 * kMiB);
+  auto dir = TenantDirectory::Create({}, 0);
+  Registry registry(backend, std::move(*dir));
+  auto s = registry.OpenSession({1, 1000, 1000}, "t");
+  ASSERT_TRUE(registry.Allocate(s->id, {.size = 3 * kMiB}).ok());
+  auto full = registry.Allocate(s->id, {.size = 2 * kMiB, .name = "wanted"});
+  ASSERT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(RefusalReason(full.status()), "out_of_memory");
+  EXPECT_EQ(registry.Snapshot().tenants[0].used_bytes, 3 * kMiB);
+  EXPECT_TRUE(registry.Allocate(s->id, {.size = kMiB, .name = "wanted"}).ok())
+      << "the name of a refused allocation must be free again";
+}
+
+}  // namespace
+}  // namespace gpubroker
