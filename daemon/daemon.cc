@@ -1,12 +1,16 @@
 #include "common/strings.h"
 #include "daemon/daemon.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -73,6 +77,32 @@ absl::Status SetSocketOwner(const std::string& path, const std::string& group) {
     return Errno(StrCat("chown ", path));
   }
   return absl::OkStatus();
+}
+
+// civetweb's stop waits for its listener's poll to time out (up to 2 s);
+// connecting to the port wakes it at once.
+void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer, const std::string& bound) {
+  if (!exposer) return;
+  const auto colon = bound.rfind(':');
+  std::string host = bound.substr(0, colon);
+  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  int port = 0;
+  ParseInt(std::string_view(bound).substr(colon + 1), &port);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ipv4 = ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1;
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (ipv4 && !stopped) {
+      UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      (void)::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  exposer.reset();
+  stopped = true;
+  waker.join();
 }
 
 }  // namespace
@@ -153,7 +183,7 @@ absl::Status Daemon::StartGrpc() {
   if (!server_) {
     return absl::FailedPreconditionError(StrCat("cannot serve gRPC on ", grpc_path_));
   }
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  SetServing(false);
   return SetSocketOwner(grpc_path_, options_.socket_group);
 }
 
@@ -198,7 +228,7 @@ absl::Status Daemon::Start() {
   if (auto s = sessions_->Start(std::move(*listener)); !s.ok()) return s;
   reaper_ = std::thread([this] { ReapExpired(); });
   started_ = true;
-  server_->GetHealthCheckService()->SetServingStatus(true);
+  SetServing(true);
 
   std::vector<std::string> devices;
   for (const auto& d : backend_->devices()) {
@@ -211,6 +241,12 @@ absl::Status Daemon::Start() {
               metrics_bound_.empty() ? "off" : metrics_bound_.c_str());
   std::fflush(stdout);
   return absl::OkStatus();
+}
+
+void Daemon::SetServing(bool serving) {
+  auto* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(v1::Broker::service_full_name(), serving);
 }
 
 void Daemon::ReapExpired() {
@@ -235,10 +271,14 @@ void Daemon::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
   if (started_) spdlog::info("shutting down");
-  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (server_) SetServing(false);
   if (registry_) registry_->BeginShutdown();
   if (sessions_) sessions_->Stop();
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  spdlog::debug("sessions ended");
+  // In-flight calls already answer UNAVAILABLE (the registry is shutting down);
+  // the grace period only has to let those answers out.
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+  spdlog::debug("gRPC server stopped");
   if (reaper_.joinable()) {
     stop_reaper_.Notify();
     reaper_.join();
@@ -247,7 +287,8 @@ void Daemon::Shutdown() {
     const uint64_t bytes = registry_->ReleaseAll();
     if (bytes > 0) spdlog::info("released {} at shutdown", FormatBytes(bytes));
   }
-  exposer_.reset();
+  StopExposer(exposer_, metrics_bound_);
+  spdlog::debug("metrics stopped");
   server_.reset();
   service_.reset();
   sessions_.reset();

@@ -46,6 +46,7 @@ class Daemon {
   absl::Status StartMetrics();
   absl::Status StartGrpc();
   void ReapExpired();
+  void SetServing(bool serving);
 
   DaemonOptions options_;
   std::string session_path_;

@@ -25,6 +25,8 @@ Buffer::Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,
                std::unique_ptr<detail::Mapping> mapping, bool owner)
     : impl_(std::move(impl)), info_(std::move(info)), mapping_(std::move(mapping)), owner_(owner) {}
 
+Buffer::Buffer() = default;
+
 Buffer::~Buffer() { Reset(false); }
 
 Buffer::Buffer(Buffer&& other) noexcept

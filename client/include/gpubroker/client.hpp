@@ -42,7 +42,7 @@ class Mapping;
 /// process's lease has dropped. Move-only.
 class GPUBROKER_API Buffer {
  public:
-  Buffer() = default;
+  Buffer();
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;

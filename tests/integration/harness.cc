@@ -1,0 +1,331 @@
+#include "tests/integration/harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace gpubroker::testing {
+
+std::string BinDir() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+}
+
+bool IsRoot() { return ::geteuid() == 0; }
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "gpubroker-test-XXXXXX").string();
+  char* made = ::mkdtemp(tmpl.data());
+  EXPECT_NE(made, nullptr) << std::strerror(errno);
+  path_ = tmpl;
+  ::chmod(path_.c_str(), 0755);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+// Process ----------------------------------------------------------------------
+
+Process::~Process() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+Process::Process(Process&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)),
+      stdin_(std::move(o.stdin_)),
+      stdout_(std::move(o.stdout_)),
+      pending_(std::move(o.pending_)),
+      reaped_(o.reaped_),
+      status_(o.status_) {}
+
+Process& Process::operator=(Process&& o) noexcept {
+  if (this != &o) {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    pid_ = std::exchange(o.pid_, -1);
+    stdin_ = std::move(o.stdin_);
+    stdout_ = std::move(o.stdout_);
+    pending_ = std::move(o.pending_);
+    reaped_ = o.reaped_;
+    status_ = o.status_;
+  }
+  return *this;
+}
+
+Process Process::Spawn(const std::vector<std::string>& argv, const std::string& stderr_path) {
+  int in[2], out[2];
+  EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int err_fd = -1;
+  if (!stderr_path.empty()) {
+    err_fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec.
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    if (err_fd >= 0) ::dup2(err_fd, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  if (err_fd >= 0) ::close(err_fd);
+  Process p;
+  p.pid_ = pid;
+  p.stdin_.reset(in[1]);
+  p.stdout_.reset(out[0]);
+  return p;
+}
+
+bool Process::WriteLine(const std::string& line) {
+  if (!stdin_) return false;
+  std::string data = line + "\n";
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(stdin_.get(), data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::optional<std::string> Process::ReadLine(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (auto nl = pending_.find('\n'); nl != std::string::npos) {
+      std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      return line;
+    }
+    if (!stdout_) return std::nullopt;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd p{stdout_.get(), POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return std::nullopt;
+    char buf[65536];
+    ssize_t n = ::read(stdout_.get(), buf, sizeof(buf));
+    if (n <= 0) {
+      stdout_.reset();
+      continue;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+int Process::Signal(int sig) {
+  if (pid_ <= 0 || reaped_) return status_;
+  ::kill(pid_, sig);
+  ::waitpid(pid_, &status_, 0);
+  reaped_ = true;
+  return status_;
+}
+
+int Process::Wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!reaped_) {
+    pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+  if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
+  return -1;
+}
+
+// Daemon -----------------------------------------------------------------------
+
+Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml) {
+  std::vector<std::string> argv = {BinDir() + "/gpubrokerd",   "--socket-dir",
+                                   dir_.path(),                "--metrics-address",
+                                   "127.0.0.1:0",              "--hello-timeout",
+                                   "300ms",                    "--backend",
+                                   "host",                     "--host-pool-bytes",
+                                   "256MiB"};
+  if (!config_yaml.empty()) {
+    const std::string path = dir_.path() + "/gpubroker.yaml";
+    std::ofstream(path) << config_yaml;
+    argv.push_back("--config");
+    argv.push_back(path);
+  }
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  process_ = Process::Spawn(argv, dir_.path() + "/gpubrokerd.log");
+  auto line = process_.ReadLine(std::chrono::seconds(20));
+  if (!line) {
+    ADD_FAILURE() << "gpubrokerd printed no start line; log:\n" << log();
+    return;
+  }
+  start_line_ = *line;
+  if (auto at = start_line_.rfind("metrics "); at != std::string::npos) {
+    metrics_address_ = start_line_.substr(at + 8);
+  }
+  ok_ = true;
+}
+
+Daemon::~Daemon() {
+  if (!stopped_) {
+    const int code = Stop();
+    EXPECT_EQ(code, 0) << "gpubrokerd did not exit cleanly; log:\n" << log();
+  }
+  if (::testing::Test::HasFailure()) std::cerr << "---- gpubrokerd log ----\n" << log() << "\n";
+}
+
+std::string Daemon::log() const {
+  std::ifstream in(dir_.path() + "/gpubrokerd.log");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int Daemon::Stop() {
+  stopped_ = true;
+  ::kill(process_.pid(), SIGTERM);
+  return process_.Wait(std::chrono::seconds(20));
+}
+
+void Daemon::Kill() {
+  stopped_ = true;
+  process_.Signal(SIGKILL);
+}
+
+std::map<std::string, double> Daemon::Metrics() const {
+  std::map<std::string, double> out;
+  std::stringstream body(HttpGet(metrics_address_, "/metrics"));
+  std::string line;
+  while (std::getline(body, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    auto sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return out;
+}
+
+double Daemon::Metric(const std::string& series) const {
+  auto m = Metrics();
+  auto it = m.find(series);
+  return it == m.end() ? 0 : it->second;
+}
+
+// Helper -----------------------------------------------------------------------
+
+Helper::Helper(const std::string& socket_dir, int uid) {
+  std::vector<std::string> argv = {BinDir() + "/gpubroker-test-helper", "--socket-dir",
+                                   socket_dir};
+  if (uid >= 0) {
+    argv.push_back("--uid");
+    argv.push_back(std::to_string(uid));
+  }
+  process_ = Process::Spawn(argv);
+  auto line = process_.ReadLine(std::chrono::seconds(20));
+  ok_ = line && line->rfind("ok ready", 0) == 0;
+  EXPECT_TRUE(ok_) << "helper did not start: " << line.value_or("(nothing)");
+}
+
+Helper::~Helper() {
+  if (!gone_) Exit();
+}
+
+void Helper::Post(const std::string& command) { process_.WriteLine(command); }
+
+std::string Helper::Reply(std::chrono::milliseconds timeout) {
+  return process_.ReadLine(timeout).value_or("");
+}
+
+std::string Helper::Send(const std::string& command, std::chrono::milliseconds timeout) {
+  Post(command);
+  return Reply(timeout);
+}
+
+std::string Helper::Ok(const std::string& command, std::chrono::milliseconds timeout) {
+  const std::string reply = Send(command, timeout);
+  EXPECT_EQ(reply.rfind("ok", 0), 0u) << "'" << command << "' got: " << reply;
+  return reply.size() > 3 ? reply.substr(3) : "";
+}
+
+void Helper::Kill9() {
+  gone_ = true;
+  process_.Signal(SIGKILL);
+}
+
+int Helper::Exit() {
+  gone_ = true;
+  process_.WriteLine("exit");
+  process_.CloseStdin();
+  const int code = process_.Wait(std::chrono::seconds(20));
+  if (code == -1) process_.Signal(SIGKILL);
+  return code;
+}
+
+// Utilities --------------------------------------------------------------------
+
+bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+std::string HttpGet(const std::string& address, const std::string& path) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+  if (::write(fd.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "";
+  std::string response;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n <= 0) break;
+    response.append(buf, static_cast<size_t>(n));
+  }
+  auto body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+}  // namespace gpubroker::testing

@@ -1,0 +1,135 @@
+#pragma once
+
+// Real processes for the integration tests: a gpubrokerd on a temporary
+// socket directory, and helper client processes that take commands on stdin.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+
+namespace gpubroker::testing {
+
+/// Directory of this test binary; the daemon, CLI and helper are built beside it.
+std::string BinDir();
+
+/// A temporary directory, world-traversable (so that helpers running as other
+/// users can reach the sockets), removed with its contents at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// A child process with pipes on stdin and stdout.
+class Process {
+ public:
+  Process() = default;
+  ~Process();
+  Process(Process&&) noexcept;
+  Process& operator=(Process&&) noexcept;
+
+  /// fork+exec; stdout is read through ReadLine; stderr goes to `stderr_path` ("" = inherit).
+  static Process Spawn(const std::vector<std::string>& argv, const std::string& stderr_path = "");
+
+  pid_t pid() const { return pid_; }
+  bool WriteLine(const std::string& line);
+  /// A line from stdout, or nullopt on EOF or timeout.
+  std::optional<std::string> ReadLine(std::chrono::milliseconds timeout);
+  /// Sends a signal and reaps; returns the wait status.
+  int Signal(int sig);
+  /// Waits for exit; returns the exit code, or 128+signal, or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout);
+  void CloseStdin() { stdin_.reset(); }
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd stdin_;
+  UniqueFd stdout_;
+  std::string pending_;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+/// The real gpubrokerd, on its own socket directory and an ephemeral metrics port.
+class Daemon {
+ public:
+  /// Starts and waits for the start line. `config_yaml` (if any) is written to
+  /// a file and passed with --config.
+  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "");
+  ~Daemon();
+
+  bool ok() const { return ok_; }
+  const std::string& start_line() const { return start_line_; }
+  const std::string& socket_dir() const { return dir_.path(); }
+  const std::string& metrics_address() const { return metrics_address_; }
+  pid_t pid() const { return process_.pid(); }
+  std::string log() const;
+
+  /// SIGTERM and wait; returns the exit code.
+  int Stop();
+  /// SIGKILL and reap.
+  void Kill();
+
+  /// Samples of /metrics, keyed by the series as written ("name{a=\"b\"}").
+  std::map<std::string, double> Metrics() const;
+  /// One sample; 0 when the series is absent.
+  double Metric(const std::string& series) const;
+
+ private:
+  TempDir dir_;
+  Process process_;
+  std::string start_line_;
+  std::string metrics_address_;
+  bool ok_ = false;
+  bool stopped_ = false;
+};
+
+/// A client process: gpubroker-test-helper.
+class Helper {
+ public:
+  /// Starts it and waits until it has a session. `uid` >= 0: run as that user.
+  explicit Helper(const std::string& socket_dir, int uid = -1);
+  ~Helper();
+
+  bool ok() const { return ok_; }
+  pid_t pid() const { return process_.pid(); }
+  /// Sends a command and returns the reply line ("" on timeout or death).
+  std::string Send(const std::string& command,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// Sends without waiting; pair with Reply().
+  void Post(const std::string& command);
+  std::string Reply(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// Like Send, but fails the test unless the reply starts with "ok"; returns what follows.
+  std::string Ok(const std::string& command,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  void Kill9();
+  /// "exit" and wait; returns the exit code.
+  int Exit();
+
+ private:
+  Process process_;
+  bool ok_ = false;
+  bool gone_ = false;
+};
+
+/// Polls `pred` until it holds or the timeout passes.
+bool Eventually(const std::function<bool()>& pred,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+/// An HTTP GET on host:port; the body, or "" on failure.
+std::string HttpGet(const std::string& address, const std::string& path);
+
+bool IsRoot();
+
+}  // namespace gpubroker::testing

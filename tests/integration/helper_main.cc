@@ -1,0 +1,263 @@
+// gpubroker-test-helper: a real client process for the integration tests.
+// It reads one command per line on stdin and answers one line on stdout:
+// "ok [data]" or "err CODE message". Buffers are kept under test-chosen keys.
+//
+//   --socket-dir DIR   the daemon to talk to
+//   --uid UID          become this user before connecting (tests of tenants; needs root)
+#include <grp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpubroker/client.hpp"
+
+namespace {
+
+using gpubroker::Buffer;
+using gpubroker::Client;
+
+uint8_t PatternByte(uint64_t i, uint64_t seed) {
+  return static_cast<uint8_t>((i * 131 + seed * 7 + 1) & 0xff);
+}
+
+void Fill(Buffer& b, uint64_t seed, uint64_t length) {
+  auto* p = static_cast<uint8_t*>(b.data());
+  for (uint64_t i = 0; i < length; ++i) p[i] = PatternByte(i, seed);
+}
+
+// Index of the first wrong byte, or -1.
+int64_t Check(const Buffer& b, uint64_t seed, uint64_t length) {
+  const auto* p = static_cast<const uint8_t*>(b.data());
+  for (uint64_t i = 0; i < length; ++i) {
+    if (p[i] != PatternByte(i, seed)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+std::map<std::string, std::string> Options(const std::vector<std::string>& words, size_t from) {
+  std::map<std::string, std::string> out;
+  for (size_t i = from; i < words.size(); ++i) {
+    auto eq = words[i].find('=');
+    if (eq == std::string::npos) {
+      out[words[i]] = "";
+    } else {
+      out[words[i].substr(0, eq)] = words[i].substr(eq + 1);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Each process produces buffers for the next one in a ring and consumes the
+// previous one's: allocate, fill, seal; open the peer's (wait), verify, write
+// an acknowledgement into it; wait for our own acknowledgement (seen through
+// the shared memory itself), then free ours and release theirs.
+std::string Churn(Client& client, int me, int ring, int cycles) {
+  const int prev = (me + ring - 1) % ring;
+  constexpr uint64_t kAck = 8;  // last bytes: the consumer's acknowledgement
+  for (int k = 0; k < cycles; ++k) {
+    const uint64_t size = 4096 + static_cast<uint64_t>((k * 7919 + me * 104729) % 200000);
+    gpubroker::AllocateOptions ao;
+    ao.name = "churn." + std::to_string(me) + "." + std::to_string(k);
+    Buffer mine = client.allocate(size, ao);
+    Fill(mine, static_cast<uint64_t>(me * 100000 + k), size - kAck);
+    std::memset(static_cast<char*>(mine.data()) + size - kAck, 0, kAck);
+    mine.seal();
+
+    gpubroker::OpenOptions oo;
+    oo.wait = true;
+    oo.timeout = std::chrono::seconds(60);
+    Buffer theirs = client.open("churn." + std::to_string(prev) + "." + std::to_string(k), oo);
+    const int64_t bad = Check(theirs, static_cast<uint64_t>(prev * 100000 + k), theirs.size() - kAck);
+    if (bad >= 0) return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
+    volatile uint8_t* ack = static_cast<uint8_t*>(theirs.data()) + theirs.size() - 1;
+    *ack = 0xa5;
+
+    volatile uint8_t* my_ack = static_cast<uint8_t*>(mine.data()) + size - 1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (*my_ack != 0xa5) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return "err DEADLINE_EXCEEDED no acknowledgement in cycle " + std::to_string(k);
+      }
+      std::this_thread::yield();
+    }
+    mine.release();
+    theirs.release();
+  }
+  return "ok cycles=" + std::to_string(cycles);
+}
+
+std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const std::string& line) {
+  const std::vector<std::string> w = Split(line, ' ');
+  if (w.empty()) return "err INVALID_ARGUMENT empty command";
+  const std::string& cmd = w[0];
+  auto need = [&](size_t n) {
+    if (w.size() < n) throw std::invalid_argument("too few arguments for " + cmd);
+  };
+  auto buffer = [&](const std::string& key) -> Buffer& {
+    auto it = buffers.find(key);
+    if (it == buffers.end()) throw std::invalid_argument("no buffer under key " + key);
+    return it->second;
+  };
+
+  if (cmd == "ping") return "ok " + std::to_string(::getpid());
+  if (cmd == "session") return "ok " + std::to_string(client.session().id) + " " + client.session().tenant;
+  if (cmd == "alloc") {
+    need(3);
+    auto opts = Options(w, 3);
+    gpubroker::AllocateOptions ao;
+    if (opts.count("name")) ao.name = opts["name"];
+    if (opts.count("device")) ao.device = opts["device"];
+    ao.keep = opts.count("keep") > 0;
+    if (opts.count("ttl")) ao.ttl = std::chrono::milliseconds(std::stoll(opts["ttl"]));
+    if (opts.count("share")) ao.share_with = Split(opts["share"], ',');
+    if (opts.count("tensor")) {  // tensor=float32:4x8
+      auto parts = Split(opts["tensor"], ':');
+      gpubroker::TensorDesc t;
+      t.dtype = *gpubroker::DTypeFromName(parts.at(0));
+      for (const auto& d : Split(parts.at(1), 'x')) t.shape.push_back(std::stoll(d));
+      ao.tensor = t;
+    }
+    Buffer b = client.allocate(std::stoull(w[2]), ao);
+    const std::string id = std::to_string(b.id());
+    buffers[w[1]] = std::move(b);
+    return "ok " + id;
+  }
+  if (cmd == "open") {
+    need(3);
+    auto opts = Options(w, 3);
+    gpubroker::OpenOptions oo;
+    if (opts.count("wait")) {
+      oo.wait = true;
+      oo.timeout = std::chrono::milliseconds(std::stoll(opts["wait"]));
+    }
+    oo.allow_unsealed = opts.count("unsealed") > 0;
+    const bool by_id = opts.count("id") > 0;
+    Buffer b = by_id ? client.open(static_cast<gpubroker::BufferId>(std::stoull(w[2])), oo)
+                     : client.open(std::string_view(w[2]), oo);
+    std::string out = "ok " + std::to_string(b.id()) + " " + std::to_string(b.size());
+    if (b.tensor()) {
+      out += " " + std::string(gpubroker::DTypeName(b.tensor()->dtype)) + ":";
+      for (size_t i = 0; i < b.tensor()->shape.size(); ++i) {
+        out += (i ? "x" : "") + std::to_string(b.tensor()->shape[i]);
+      }
+    }
+    buffers[w[1]] = std::move(b);
+    return out;
+  }
+  if (cmd == "fill") {
+    need(3);
+    Buffer& b = buffer(w[1]);
+    Fill(b, std::stoull(w[2]), b.size());
+    return "ok";
+  }
+  if (cmd == "check") {
+    need(3);
+    Buffer& b = buffer(w[1]);
+    const int64_t bad = Check(b, std::stoull(w[2]), b.size());
+    if (bad >= 0) return "err DATA_LOSS mismatch at byte " + std::to_string(bad);
+    return "ok";
+  }
+  if (cmd == "poke") {
+    need(4);
+    static_cast<uint8_t*>(buffer(w[1]).data())[std::stoull(w[2])] =
+        static_cast<uint8_t>(std::stoul(w[3]));
+    return "ok";
+  }
+  if (cmd == "peek") {
+    need(3);
+    return "ok " + std::to_string(static_cast<uint8_t*>(buffer(w[1]).data())[std::stoull(w[2])]);
+  }
+  if (cmd == "seal") {
+    need(2);
+    buffer(w[1]).seal();
+    return "ok";
+  }
+  if (cmd == "release") {
+    need(2);
+    buffer(w[1]).release();
+    buffers.erase(w[1]);
+    return "ok";
+  }
+  if (cmd == "free") {
+    need(2);
+    auto info = client.free(std::string_view(w[1]));
+    return "ok " + std::to_string(info.id);
+  }
+  if (cmd == "list") return "ok " + gpubroker::ToJson(client.list());
+  if (cmd == "status") return "ok " + gpubroker::ToJson(client.status());
+  if (cmd == "churn") {
+    need(4);
+    return Churn(client, std::stoi(w[1]), std::stoi(w[2]), std::stoi(w[3]));
+  }
+  return "err INVALID_ARGUMENT unknown command " + cmd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket_dir;
+  long uid = -1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--socket-dir" && i + 1 < argc) {
+      socket_dir = argv[++i];
+    } else if (a == "--uid" && i + 1 < argc) {
+      uid = std::stol(argv[++i]);
+    } else {
+      std::cerr << "gpubroker-test-helper: unknown argument " << a << "\n";
+      return 2;
+    }
+  }
+  if (uid >= 0) {
+    // Keep gid 0 so the 0660 sockets stay reachable; the tenant comes from the uid.
+    if (::setgroups(0, nullptr) != 0 || ::setuid(static_cast<uid_t>(uid)) != 0) {
+      std::cout << "err PERMISSION_DENIED cannot become uid " << uid << ": " << std::strerror(errno)
+                << std::endl;
+      return 1;
+    }
+  }
+  std::map<std::string, Buffer> buffers;
+  std::optional<Client> client;
+  try {
+    client = Client::connect(socket_dir, {"test-helper"});
+  } catch (const gpubroker::Error& e) {
+    std::cout << "err " << gpubroker::ErrorCodeName(e.code()) << " " << e.message() << std::endl;
+    return 1;
+  }
+  std::cout << "ok ready " << ::getpid() << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line == "exit") {
+      std::cout << "ok" << std::endl;
+      break;
+    }
+    std::string reply;
+    try {
+      reply = Run(*client, buffers, line);
+    } catch (const gpubroker::Error& e) {
+      reply = std::string("err ") + gpubroker::ErrorCodeName(e.code()) + " " + e.message();
+    } catch (const std::exception& e) {
+      reply = std::string("err INVALID_ARGUMENT ") + e.what();
+    }
+    std::cout << reply << std::endl;
+  }
+  buffers.clear();
+  return 0;
+}

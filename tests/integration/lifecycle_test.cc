@@ -1,0 +1,173 @@
+// The daemon's life: start line, options, one daemon per directory, stale
+// sockets, SIGTERM, health, metrics.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gpubroker/client.hpp"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace gpubroker::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Exists(const std::string& path) { return std::filesystem::exists(path); }
+
+// Runs gpubrokerd to completion (for options that make it exit at once).
+int RunDaemon(std::vector<std::string> args, std::string* output, const std::string& dir) {
+  args.insert(args.begin(), BinDir() + "/gpubrokerd");
+  const std::string err = dir + "/stderr.txt";
+  std::filesystem::remove(err);
+  Process p = Process::Spawn(args, err);
+  p.CloseStdin();
+  output->clear();
+  while (auto line = p.ReadLine(10s)) *output += *line + "\n";
+  const int code = p.Wait(20s);
+  std::ifstream in(err);
+  std::stringstream s;
+  s << in.rdbuf();
+  *output += s.str();
+  return code;
+}
+
+TEST(Lifecycle, StartLineSaysVersionBackendDevicesSocketsMetrics) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  const std::string& line = daemon.start_line();
+  EXPECT_NE(line.find("gpubrokerd " + std::string(ClientVersion())), std::string::npos) << line;
+  EXPECT_NE(line.find("backend host"), std::string::npos) << line;
+  EXPECT_NE(line.find("host \"host memory (memfd)\" 256 MiB"), std::string::npos) << line;
+  EXPECT_NE(line.find("sockets " + daemon.socket_dir()), std::string::npos) << line;
+  EXPECT_NE(line.find("metrics 127.0.0.1:"), std::string::npos) << line;
+  struct stat st {};
+  ASSERT_EQ(::stat((daemon.socket_dir() + "/session.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  ASSERT_EQ(::stat((daemon.socket_dir() + "/gpubroker.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST(Lifecycle, SigtermReleasesEverythingRemovesSocketsAndExitsZero) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  Helper h(daemon.socket_dir());
+  h.Ok("alloc a 1048576 keep name=held");
+  h.Post("open w never.coming wait=30000");  // a waiter that shutdown must end
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(daemon.Stop(), 0);
+  const std::string reply = h.Reply(5s);
+  EXPECT_EQ(reply.rfind("err UNAVAILABLE", 0), 0u) << reply;
+  EXPECT_EQ(h.Send("status").rfind("err UNAVAILABLE", 0), 0u);
+  EXPECT_FALSE(Exists(daemon.socket_dir() + "/session.sock"));
+  EXPECT_FALSE(Exists(daemon.socket_dir() + "/gpubroker.sock"));
+  EXPECT_FALSE(Exists(daemon.socket_dir() + "/gpubrokerd.lock"));
+  EXPECT_NE(daemon.log().find("released 1 MiB at shutdown"), std::string::npos) << daemon.log();
+}
+
+TEST(Lifecycle, StaleSocketsFromAKilledDaemonDoNotBlockANewOne) {
+  TempDir dir;
+  std::vector<std::string> args = {"--socket-dir", dir.path(), "--metrics-address", "",
+                                   "--backend", "host"};
+  {
+    args.insert(args.begin(), BinDir() + "/gpubrokerd");
+    Process first = Process::Spawn(args, dir.path() + "/log");
+    ASSERT_TRUE(first.ReadLine(10s));
+    first.Signal(SIGKILL);
+    ASSERT_TRUE(Exists(dir.path() + "/session.sock")) << "kill -9 should leave the files behind";
+    Process second = Process::Spawn(args, dir.path() + "/log");
+    auto line = second.ReadLine(10s);
+    ASSERT_TRUE(line) << "the second daemon did not start";
+    auto client = Client::connect(dir.path());
+    EXPECT_EQ(client.status().sessions, 1u);
+    ::kill(second.pid(), SIGTERM);
+    EXPECT_EQ(second.Wait(10s), 0);
+  }
+}
+
+TEST(Lifecycle, ALiveDaemonOnTheSameDirectoryIsNotDisplaced) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  std::string out;
+  const int code = RunDaemon({"--socket-dir", daemon.socket_dir(), "--metrics-address", ""}, &out,
+                             daemon.socket_dir());
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("another gpubrokerd (pid " + std::to_string(daemon.pid()) + ")"),
+            std::string::npos)
+      << out;
+  // The first one still serves.
+  Helper h(daemon.socket_dir());
+  h.Ok("alloc a 4096");
+}
+
+TEST(Lifecycle, InvalidOptionsFailAtStartWithAClearMessage) {
+  TempDir dir;
+  std::string out;
+  EXPECT_EQ(RunDaemon({"--backend", "quantum"}, &out, dir.path()), 2);
+  EXPECT_NE(out.find("unknown backend 'quantum'"), std::string::npos) << out;
+  EXPECT_EQ(RunDaemon({"--host-pool-bytes", "plenty"}, &out, dir.path()), 2);
+  EXPECT_NE(out.find("--host-pool-bytes"), std::string::npos) << out;
+  EXPECT_EQ(RunDaemon({"--frobnicate"}, &out, dir.path()), 2);
+  EXPECT_EQ(RunDaemon({"--config", dir.path() + "/missing.yaml"}, &out, dir.path()), 2);
+  std::ofstream(dir.path() + "/bad.yaml") << "tenants:\n  - name: a\n    uids: [1]\n  - name: b\n    uids: [1]\n";
+  EXPECT_EQ(RunDaemon({"--config", dir.path() + "/bad.yaml", "--socket-dir", dir.path() + "/s"},
+                      &out, dir.path()),
+            1);
+  EXPECT_NE(out.find("uid 1"), std::string::npos) << out;
+  EXPECT_EQ(RunDaemon({"--socket-dir", dir.path() + "/s", "--metrics-address", "256.1.1.1:1"},
+                      &out, dir.path()),
+            1);
+  EXPECT_NE(out.find("cannot serve metrics"), std::string::npos) << out;
+  EXPECT_EQ(RunDaemon({"--help"}, &out, dir.path()), 0);
+  EXPECT_NE(out.find("--socket-dir"), std::string::npos);
+}
+
+TEST(Lifecycle, HealthIsServingWhileUp) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto channel = grpc::CreateChannel("unix:" + daemon.socket_dir() + "/gpubroker.sock",
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  for (const char* service : {"", "gpubroker.v1.Broker"}) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok()) << service;
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+}
+
+TEST(Lifecycle, MetricsHaveEveryFamily) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  Helper h(daemon.socket_dir());
+  h.Ok("alloc a 8192 name=m");
+  h.Ok("seal a");
+  h.Ok("open b m");
+  const std::string body = HttpGet(daemon.metrics_address(), "/metrics");
+  for (const char* family :
+       {"gpubroker_build_info{version=", "gpubroker_sessions ", "gpubroker_buffers{device=\"host\",tenant=",
+        "gpubroker_allocated_bytes{device=\"host\",tenant=",
+        "gpubroker_pool_capacity_bytes{device=\"host\"} 268435456",
+        "gpubroker_pool_reserved_bytes{device=\"host\"}", "gpubroker_allocations_total{result=\"ok\"} 1",
+        "gpubroker_allocations_total{result=\"quota\"} 0",
+        "gpubroker_allocations_total{result=\"out_of_memory\"} 0",
+        "gpubroker_allocations_total{result=\"invalid\"} 0",
+        "gpubroker_allocation_duration_seconds_bucket", "gpubroker_opens_total{result=\"ok\"} 1",
+        "gpubroker_reclaimed_bytes_total", "gpubroker_sessions_total{end=\"closed\"}",
+        "gpubroker_sessions_total{end=\"died\"}"}) {
+    EXPECT_NE(body.find(family), std::string::npos) << family << "\n" << body;
+  }
+  EXPECT_EQ(body.find("pid="), std::string::npos);
+  EXPECT_EQ(daemon.Metric("gpubroker_sessions"), 1);
+}
+
+}  // namespace
+}  // namespace gpubroker::testing
