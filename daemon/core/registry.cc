@@ -256,7 +256,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   Tenant& usage = tenant_usage_[tenant];
-  auto roll_back = [&] {
+  auto roll_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     usage.used_bytes -= rounded;
     usage.buffers--;
     if (!p.name.empty()) names_.erase(p.name);

@@ -1,0 +1,78 @@
+# gpubroker: the two commands of the quick start are `make run` and `make test`.
+# Everything else is here for development and CI.
+
+BUILD          ?= build
+SANITIZE_BUILD ?= build-sanitize
+FUZZ_BUILD     ?= build-fuzz
+JOBS           ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_TYPE     ?= RelWithDebInfo
+CMAKE_FLAGS    ?=
+ARGS           ?=
+FUZZ_SECONDS   ?= 60
+
+SOURCES = $(shell git ls-files '*.cc' '*.h' '*.hpp' 2>/dev/null)
+
+.PHONY: all deps configure build run test test-sanitize fuzz demo bench format format-check \
+        docs clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+configure: deps
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	    -DGPUBROKER_WERROR=ON $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+# The daemon in the foreground with its defaults (the CUDA backend where a GPU
+# is usable, the host backend otherwise). Extra flags: make run ARGS="--log-level debug".
+run: build
+	$(BUILD)/bin/gpubrokerd $(ARGS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
+# (clang, which also checks the lock annotations with -Wthread-safety).
+test-sanitize: deps
+	@[ -f $(SANITIZE_BUILD)/CMakeCache.txt ] || CC=clang CXX=clang++ cmake -S . -B $(SANITIZE_BUILD) \
+	    -DCMAKE_BUILD_TYPE=Debug -DGPUBROKER_SANITIZE=ON -DGPUBROKER_WERROR=ON \
+	    -DGPUBROKER_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS)
+	cd $(SANITIZE_BUILD) && \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j$(JOBS)
+
+# libFuzzer on the session-frame decoder, starting from the seed corpus.
+fuzz: deps
+	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUBROKER_FUZZ=ON -DGPUBROKER_BUILD_BENCH=OFF \
+	    -DGPUBROKER_BUILD_TESTS=ON $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target frame_decoder_fuzzer
+	rm -rf $(FUZZ_BUILD)/corpus && mkdir -p $(FUZZ_BUILD)/corpus && cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
+	$(FUZZ_BUILD)/bin/frame_decoder_fuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus
+
+# A daemon on a temporary directory, a producer and a consumer process.
+demo: build
+	./scripts/demo.sh $(BUILD)/bin
+
+bench: build
+	$(BUILD)/bin/gpubroker-bench $(ARGS)
+
+format:
+	clang-format -i $(SOURCES)
+
+format-check:
+	clang-format --dry-run -Werror $(SOURCES)
+
+# docs/configuration.md's option table comes from the daemon's option table.
+docs: build
+	./scripts/update-config-docs.sh $(BUILD)/bin/gpubrokerd docs/configuration.md
+
+clean:
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD)

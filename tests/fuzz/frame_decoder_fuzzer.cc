@@ -1,0 +1,39 @@
+// libFuzzer target for the session-frame decoder: arbitrary bytes, arriving
+// in arbitrary pieces, must never crash it, and whatever it accepts must
+// survive a round trip through the encoder.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "common/frame.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  // The first byte picks how the stream is cut into reads.
+  const size_t chunk = 1 + data[0] % 64;
+  std::string_view stream(reinterpret_cast<const char*>(data + 1), size - 1);
+  gpubroker::FrameDecoder decoder;
+  bool failed = false;
+  while (!stream.empty() && !failed) {
+    const size_t n = std::min(chunk, stream.size());
+    decoder.Append(stream.substr(0, n));
+    stream.remove_prefix(n);
+    for (;;) {
+      auto frame = decoder.Next();
+      if (!frame.ok()) {
+        failed = true;
+        break;
+      }
+      if (!frame->has_value()) break;
+      gpubroker::FrameDecoder again;
+      again.Append(gpubroker::EncodeFrame(**frame));
+      auto copy = again.Next();
+      if (!copy.ok() || !copy->has_value() ||
+          (*copy)->SerializeAsString() != (*frame)->SerializeAsString()) {
+        std::abort();
+      }
+    }
+  }
+  return 0;
+}
