@@ -10,7 +10,7 @@ CMAKE_FLAGS    ?=
 ARGS           ?=
 FUZZ_SECONDS   ?= 60
 
-SOURCES = $(shell git ls-files '*.cc' '*.h' '*.hpp' 2>/dev/null)
+SOURCES = $(shell git ls-files '*.cc' '*.c' '*.h' '*.hpp' 2>/dev/null)
 
 .PHONY: all deps configure build run test test-sanitize fuzz demo bench format format-check \
         docs clean
@@ -68,7 +68,7 @@ format:
 	clang-format -i $(SOURCES)
 
 format-check:
-	clang-format --dry-run -Werror $(SOURCES)
+	@clang-format --dry-run -Werror $(SOURCES) && echo "format: $(words $(SOURCES)) files clean"
 
 # docs/configuration.md's option table comes from the daemon's option table.
 docs: build

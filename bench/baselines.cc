@@ -132,9 +132,9 @@ double RunHandover(Child& peer, uint64_t size) {
   if (!fd || ::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
     throw std::runtime_error("memfd failed");
   }
-  auto sent = SendAll(peer.channel.get(),
-                      std::string_view(reinterpret_cast<const char*>(&size), sizeof(size)),
-                      fd.get());
+  auto sent =
+      SendAll(peer.channel.get(),
+              std::string_view(reinterpret_cast<const char*>(&size), sizeof(size)), fd.get());
   char ack = 0;
   if (!sent.ok() || ::read(peer.channel.get(), &ack, 1) != 1) {
     throw std::runtime_error("hand-over peer is gone");

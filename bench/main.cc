@@ -15,10 +15,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <random>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include "bench/baselines.h"
@@ -77,8 +77,9 @@ void StartDaemon(DaemonProcess& d, uint64_t pool_bytes) {
   const std::string pool = std::to_string(pool_bytes);
   d.pid = ::fork();
   if (d.pid == 0) {
-    ::execl(daemon.c_str(), daemon.c_str(), "--socket-dir", d.dir.c_str(), "--metrics-address",
-            "", "--log-level", "warn", "--host-pool-bytes", pool.c_str(), nullptr);
+    ::dup2(2, 1);  // its start line must not mix with our (JSON) output
+    ::execl(daemon.c_str(), daemon.c_str(), "--socket-dir", d.dir.c_str(), "--metrics-address", "",
+            "--log-level", "warn", "--host-pool-bytes", pool.c_str(), nullptr);
     ::_exit(127);
   }
   for (int i = 0; i < 500 && !std::filesystem::exists(d.dir + "/gpubroker.sock"); ++i) {
@@ -190,7 +191,8 @@ int Run(const Options& o) {
     j["iterations"] = o.iterations;
     j["host"] = {{"kernel", u.release}, {"cpus", std::thread::hardware_concurrency()}};
     for (const auto& s : results) {
-      nlohmann::json r = {{"name", s.name}, {"p50_us", s.p50()}, {"p99_us", s.p99()}, {"n", s.us.size()}};
+      nlohmann::json r = {
+          {"name", s.name}, {"p50_us", s.p50()}, {"p99_us", s.p99()}, {"n", s.us.size()}};
       if (!s.baseline.empty()) {
         r["baseline"] = s.baseline;
         r["baseline_p50_us"] = baseline(s.baseline);
@@ -201,10 +203,13 @@ int Run(const Options& o) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("gpubroker-bench: backend %s, %s buffers, %d iterations (+%d warm-up), %u cpus, kernel %s\n\n",
-              client.session().backend.c_str(), FormatBytes(o.size).c_str(), o.iterations, o.warmup,
-              std::thread::hardware_concurrency(), u.release);
-  std::printf("%-46s %10s %10s   %-28s %8s\n", "case", "p50 us", "p99 us", "baseline (p50 us)", "ratio");
+  std::printf(
+      "gpubroker-bench: backend %s, %s buffers, %d iterations (+%d warm-up), %u cpus, kernel "
+      "%s\n\n",
+      client.session().backend.c_str(), FormatBytes(o.size).c_str(), o.iterations, o.warmup,
+      std::thread::hardware_concurrency(), u.release);
+  std::printf("%-46s %10s %10s   %-28s %8s\n", "case", "p50 us", "p99 us", "baseline (p50 us)",
+              "ratio");
   for (const auto& s : results) {
     std::string base = "-";
     std::string ratio = "-";
@@ -229,8 +234,10 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   try {
     if (argc >= 3 && std::strcmp(argv[1], "--serve-echo") == 0) return ServeEcho(argv[2]);
-    if (argc >= 3 && std::strcmp(argv[1], "--serve-handover") == 0) return ServeHandover(std::atoi(argv[2]));
-    if (argc >= 4 && std::strcmp(argv[1], "--serve-open") == 0) return ServeOpen(argv[2], std::atoi(argv[3]));
+    if (argc >= 3 && std::strcmp(argv[1], "--serve-handover") == 0)
+      return ServeHandover(std::atoi(argv[2]));
+    if (argc >= 4 && std::strcmp(argv[1], "--serve-open") == 0)
+      return ServeOpen(argv[2], std::atoi(argv[3]));
     Options o;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -246,12 +253,15 @@ int main(int argc, char** argv) {
         o.warmup = std::stoi(value());
       } else if (a == "--size") {
         auto size = gpubroker::ParseBytes(value());
-        if (!size.ok()) throw std::invalid_argument(std::string(gpubroker::View(size.status().message())));
+        if (!size.ok())
+          throw std::invalid_argument(std::string(gpubroker::View(size.status().message())));
         o.size = *size;
       } else if (a == "--json") {
         o.json = true;
       } else if (a == "--help" || a == "-h") {
-        std::puts("gpubroker-bench [--socket-dir DIR] [--iterations N] [--warmup N] [--size BYTES] [--json]");
+        std::puts(
+            "gpubroker-bench [--socket-dir DIR] [--iterations N] [--warmup N] [--size BYTES] "
+            "[--json]");
         return 0;
       } else {
         throw std::invalid_argument("unknown argument " + a);

@@ -18,7 +18,8 @@ struct Samples {
     if (us.empty()) return 0;
     std::vector<double> sorted = us;
     std::sort(sorted.begin(), sorted.end());
-    const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * static_cast<double>(sorted.size())));
+    const size_t i =
+        std::min(sorted.size() - 1, static_cast<size_t>(p * static_cast<double>(sorted.size())));
     return sorted[i];
   }
   double p50() const { return Percentile(0.50); }

@@ -1,6 +1,6 @@
-#include "common/strings.h"
 #include "common/frame.h"
 
+#include "common/strings.h"
 
 namespace gpubroker {
 

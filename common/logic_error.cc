@@ -1,8 +1,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/strings.h"
 #include "common/status_macros.h"
+#include "common/strings.h"
 
 namespace gpubroker::detail {
 

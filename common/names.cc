@@ -1,9 +1,9 @@
-#include "common/strings.h"
 #include "common/names.h"
 
 #include <cctype>
 
 #include "absl/strings/str_format.h"
+#include "common/strings.h"
 
 namespace gpubroker {
 namespace {
@@ -29,8 +29,8 @@ absl::Status Validate(std::string_view what, std::string_view name, size_t limit
       const auto c = static_cast<unsigned char>(name[i]);
       std::string shown = std::isprint(c) ? StrCat("'", std::string(1, name[i]), "'")
                                           : absl::StrFormat("byte 0x%02x", c);
-      return absl::InvalidArgumentError(StrCat(
-          what, " has ", shown, " at position ", i, "; allowed are letters, digits and . _ : -"));
+      return absl::InvalidArgumentError(StrCat(what, " has ", shown, " at position ", i,
+                                               "; allowed are letters, digits and . _ : -"));
     }
   }
   return absl::OkStatus();
@@ -42,8 +42,6 @@ absl::Status ValidateName(std::string_view name) {
   return Validate("buffer name", name, kMaxNameLength);
 }
 
-absl::Status ValidateTenantName(std::string_view name) {
-  return Validate("tenant name", name, 64);
-}
+absl::Status ValidateTenantName(std::string_view name) { return Validate("tenant name", name, 64); }
 
 }  // namespace gpubroker

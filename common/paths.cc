@@ -1,10 +1,10 @@
-#include "common/strings.h"
 #include "common/paths.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 
+#include "common/strings.h"
 
 namespace gpubroker {
 

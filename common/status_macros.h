@@ -7,12 +7,12 @@
 #include "absl/status/statusor.h"
 
 /// Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define GPUBROKER_RETURN_IF_ERROR(expr)          \
-  do {                                           \
-    ::absl::Status _gpubroker_status = (expr);   \
-    if (!_gpubroker_status.ok()) {               \
-      return _gpubroker_status;                  \
-    }                                            \
+#define GPUBROKER_RETURN_IF_ERROR(expr)        \
+  do {                                         \
+    ::absl::Status _gpubroker_status = (expr); \
+    if (!_gpubroker_status.ok()) {             \
+      return _gpubroker_status;                \
+    }                                          \
   } while (false)
 
 #define GPUBROKER_CONCAT_INNER(a, b) a##b
@@ -35,9 +35,9 @@ namespace gpubroker::detail {
 
 /// A broken internal invariant (a bug, not bad input): throws std::logic_error
 /// with file and line. Input from clients is checked with absl::Status instead.
-#define GPUBROKER_EXPECTS(cond, msg)                                    \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define GPUBROKER_EXPECTS(cond, msg)                                   \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
       ::gpubroker::detail::ThrowLogicError(__FILE__, __LINE__, (msg)); \
-    }                                                                   \
+    }                                                                  \
   } while (false)

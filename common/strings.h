@@ -21,8 +21,8 @@ inline void AppendOne(std::string& out, const std::string& s) { out.append(s); }
 inline void AppendOne(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
 inline void AppendOne(std::string& out, char c) { out.push_back(c); }
 template <typename T>
-  requires(std::is_integral_v<T> && !std::is_same_v<T, char> && !std::is_same_v<T, bool>)
-void AppendOne(std::string& out, T v) {
+requires(std::is_integral_v<T> && !std::is_same_v<T, char> &&
+         !std::is_same_v<T, bool>) void AppendOne(std::string& out, T v) {
   char buf[32];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   out.append(buf, end);

@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "common/units.h"
 
 #include <cctype>
@@ -6,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "common/strings.h"
 
 namespace gpubroker {
 namespace {
@@ -21,8 +21,7 @@ std::pair<std::string_view, std::string_view> SplitNumber(std::string_view text)
   return {text.substr(0, i), unit};
 }
 
-absl::StatusOr<uint64_t> Scale(std::string_view original, std::string_view number,
-                               double factor) {
+absl::StatusOr<uint64_t> Scale(std::string_view original, std::string_view number, double factor) {
   uint64_t whole = 0;
   if (number.find('.') == std::string_view::npos && ParseInt(number, &whole)) {
     const auto f = static_cast<uint64_t>(factor);
@@ -72,9 +71,8 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   } else if (u == "tb") {
     factor = 1e12;
   } else {
-    return absl::InvalidArgumentError(
-        StrCat("unknown size unit '", unit, "' in '", text,
-                     "' (use B, KiB, MiB, GiB, TiB, or kB, MB, GB, TB)"));
+    return absl::InvalidArgumentError(StrCat("unknown size unit '", unit, "' in '", text,
+                                             "' (use B, KiB, MiB, GiB, TiB, or kB, MB, GB, TB)"));
   }
   return Scale(text, number, factor);
 }

@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "common/unix_socket.h"
 
 #include <errno.h>
@@ -10,6 +9,7 @@
 
 #include <cstring>
 
+#include "common/strings.h"
 
 namespace gpubroker {
 namespace {
@@ -22,9 +22,9 @@ absl::StatusOr<sockaddr_un> MakeAddress(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(
-        StrCat("socket path too long (", path.size(), " bytes, limit ",
-                     sizeof(addr.sun_path) - 1, "): ", path));
+    return absl::InvalidArgumentError(StrCat("socket path too long (", path.size(),
+                                             " bytes, limit ", sizeof(addr.sun_path) - 1,
+                                             "): ", path));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;

@@ -1,12 +1,11 @@
-#include "common/strings.h"
 #include "daemon/daemon.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/paths.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
 #include "common/version.h"
@@ -128,9 +128,9 @@ absl::Status Daemon::PrepareSocketDir() {
     std::string holder(pid);
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     lock_fd_.reset();
-    return absl::FailedPreconditionError(
-        StrCat("another gpubrokerd", holder.empty() ? "" : StrCat(" (pid ", holder, ")"),
-                     " is serving ", options_.socket_dir));
+    return absl::FailedPreconditionError(StrCat("another gpubrokerd",
+                                                holder.empty() ? "" : StrCat(" (pid ", holder, ")"),
+                                                " is serving ", options_.socket_dir));
   }
   const std::string pid = StrCat(::getpid(), "\n");
   if (::ftruncate(lock_fd_.get(), 0) != 0 ||
@@ -206,8 +206,8 @@ absl::Status Daemon::Start() {
     const auto& devices = backend_->devices();
     for (size_t i = 0; i < devices.size(); ++i) {
       const DeviceUsage u = backend_->Usage(static_cast<int>(i));
-      s.devices.push_back({devices[i].uuid, u.capacity_bytes, u.reserved_bytes, u.used_bytes,
-                           u.free_bytes});
+      s.devices.push_back(
+          {devices[i].uuid, u.capacity_bytes, u.reserved_bytes, u.used_bytes, u.free_bytes});
     }
     for (const auto& c : snap.cells) {
       s.cells.push_back({devices[c.device].uuid, c.tenant, c.buffers, c.bytes});
@@ -232,8 +232,8 @@ absl::Status Daemon::Start() {
 
   std::vector<std::string> devices;
   for (const auto& d : backend_->devices()) {
-    devices.push_back(StrCat(d.uuid, " \"", d.name, "\" ", FormatBytes(d.capacity_bytes),
-                                   " of ", FormatBytes(d.total_bytes)));
+    devices.push_back(StrCat(d.uuid, " \"", d.name, "\" ", FormatBytes(d.capacity_bytes), " of ",
+                             FormatBytes(d.total_bytes)));
   }
   std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, metrics %s\n", kVersion,
               std::string(backend_->name()).c_str(), backend_why_.c_str(),

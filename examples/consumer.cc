@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
                 name.c_str(), static_cast<long>(t->shape[0]), static_cast<long>(t->shape[1]),
                 values.size() - 1);
     values[values.size() - 1] = static_cast<float>(sum);
-    std::printf("consumer: wrote back the sum %.1f\n", static_cast<double>(values[values.size() - 1]));
+    std::printf("consumer: wrote back the sum %.1f\n",
+                static_cast<double>(values[values.size() - 1]));
   } catch (const gpubroker::Error& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());
     return 1;

@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) * 0.5f;
     values[values.size() - 1] = 0;  // the consumer's answer goes here
     buffer.seal();
-    std::printf("producer: %s is sealed: %zu floats (%s), tenant %s\n", name.c_str(),
-                values.size(), buffer.device().c_str(), client.session().tenant.c_str());
+    std::printf("producer: %s is sealed: %zu floats (%s), tenant %s\n", name.c_str(), values.size(),
+                buffer.device().c_str(), client.session().tenant.c_str());
     std::fflush(stdout);
 
     // The consumer writes into the very same pages: no copy, no message.

@@ -84,7 +84,8 @@ void PrintStatus(const gpubroker::BrokerStatus& s) {
   std::vector<std::vector<std::string>> rows = {
       {"DEVICE", "NAME", "CAPACITY", "RESERVED", "USED", "FREE", "BUFFERS"}};
   for (const auto& d : s.devices) {
-    rows.push_back({StrCat(d.ordinal, " ", d.uuid), d.name, gpubroker::FormatBytes(d.capacity_bytes),
+    rows.push_back({StrCat(d.ordinal, " ", d.uuid), d.name,
+                    gpubroker::FormatBytes(d.capacity_bytes),
                     gpubroker::FormatBytes(d.reserved_bytes), gpubroker::FormatBytes(d.used_bytes),
                     gpubroker::FormatBytes(d.free_bytes), StrCat(d.buffers)});
   }
@@ -103,11 +104,12 @@ void PrintBuffers(const std::vector<gpubroker::BufferInfo>& buffers) {
       {"ID", "NAME", "SIZE", "DEVICE", "TENANT", "STATE", "LEASES", "KEEP", "TTL", "TENSOR"}};
   const int64_t now = NowMs();
   for (const auto& b : buffers) {
-    rows.push_back({StrCat(b.id), b.name.empty() ? "-" : b.name, gpubroker::FormatBytes(b.size),
-                    b.device_uuid, b.tenant, std::string(gpubroker::BufferStateName(b.state)),
-                    StrCat(b.leases), b.keep ? "yes" : "no",
-                    b.expires_unix_ms ? Duration(std::max<int64_t>(0, b.expires_unix_ms - now)) : "-",
-                    Tensor(b.tensor)});
+    rows.push_back(
+        {StrCat(b.id), b.name.empty() ? "-" : b.name, gpubroker::FormatBytes(b.size), b.device_uuid,
+         b.tenant, std::string(gpubroker::BufferStateName(b.state)), StrCat(b.leases),
+         b.keep ? "yes" : "no",
+         b.expires_unix_ms ? Duration(std::max<int64_t>(0, b.expires_unix_ms - now)) : "-",
+         Tensor(b.tensor)});
   }
   PrintTable(rows);
 }
@@ -214,9 +216,9 @@ int Run(int argc, char** argv) {
     } else {
       std::cout << "freed " << info.id << (info.name.empty() ? "" : StrCat(" (", info.name, ")"))
                 << ", " << gpubroker::FormatBytes(info.size)
-                << (info.leases > 0 ? StrCat("; memory returns when ", info.leases,
-                                             " open leases are released")
-                                    : "")
+                << (info.leases > 0
+                        ? StrCat("; memory returns when ", info.leases, " open leases are released")
+                        : "")
                 << "\n";
     }
     return 0;

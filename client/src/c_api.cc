@@ -1,13 +1,12 @@
 // The C ABI: each entry point catches every exception at the boundary and
 // turns it into a status code plus a thread-local message.
-#include "gpubroker/gpubroker.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
 
 #include "gpubroker/client.hpp"
+#include "gpubroker/gpubroker.h"
 
 struct gpubroker_client {
   gpubroker::Client client;
@@ -73,8 +72,8 @@ gpubroker_buffer_t* Wrap(gpubroker::Buffer buffer) {
   return out;
 }
 
-#define GPUBROKER_CHECK_ARG(cond)                                                    \
-  do {                                                                               \
+#define GPUBROKER_CHECK_ARG(cond)                                                   \
+  do {                                                                              \
     if (!(cond)) return Fail(GPUBROKER_INVALID_ARGUMENT, "argument fails: " #cond); \
   } while (false)
 
@@ -140,7 +139,8 @@ gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
         t.byte_offset = o->byte_offset;
         options.tensor = std::move(t);
       }
-      for (uint32_t i = 0; i < o->n_share_with; ++i) options.share_with.emplace_back(o->share_with[i]);
+      for (uint32_t i = 0; i < o->n_share_with; ++i)
+        options.share_with.emplace_back(o->share_with[i]);
     }
     *out = Wrap(client->client.allocate(size, options));
   });

@@ -27,8 +27,8 @@ class HostMapping final : public Mapping {
 };
 
 std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
-  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                   static_cast<off_t>(offset));
+  void* p =
+      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) {
     ThrowError(ErrorCode::kInternal,
                StrCat("mmap of ", length, " bytes at offset ", offset, ": ", std::strerror(errno)));
@@ -40,8 +40,8 @@ std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
 
 ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
     : socket_dir_(std::move(socket_dir)), options_(std::move(options)) {
-  session_channel_ = std::make_unique<SessionChannel>(
-      StrCat(socket_dir_, "/", kSessionSocketName), options_.client_name, kHelloTimeout);
+  session_channel_ = std::make_unique<SessionChannel>(StrCat(socket_dir_, "/", kSessionSocketName),
+                                                      options_.client_name, kHelloTimeout);
   const v1::Welcome& w = session_channel_->welcome();
   Token token{};
   std::memcpy(token.data(), w.token().data(), token.size());
@@ -112,7 +112,8 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
       ThrowError(ErrorCode::kUnimplemented,
                  "this client library was built without CUDA support; cannot map a CUDA buffer");
     default:
-      ThrowError(ErrorCode::kInternal, StrCat("unknown import kind ", static_cast<int>(import.kind())));
+      ThrowError(ErrorCode::kInternal,
+                 StrCat("unknown import kind ", static_cast<int>(import.kind())));
   }
 }
 

@@ -44,15 +44,16 @@ v1::SessionFrame SessionChannel::ReadFrame(std::chrono::milliseconds timeout, Un
   for (;;) {
     auto frame = decoder_.Next();
     if (!frame.ok()) {
-      ThrowError(ErrorCode::kInternal,
-                 StrCat("session.sock: bad frame from the daemon: ", View(frame.status().message())));
+      ThrowError(ErrorCode::kInternal, StrCat("session.sock: bad frame from the daemon: ",
+                                              View(frame.status().message())));
     }
     if (frame->has_value()) {
       v1::SessionFrame f = std::move(**frame);
       if (f.has_fd_grant()) {
         // The descriptor travelled in the same sendmsg as this frame, so it
         // has arrived by the time the frame is complete.
-        if (fds_.empty()) ThrowError(ErrorCode::kInternal, "session.sock: FdGrant without a descriptor");
+        if (fds_.empty())
+          ThrowError(ErrorCode::kInternal, "session.sock: FdGrant without a descriptor");
         if (fd != nullptr) *fd = std::move(fds_.front());
         fds_.pop_front();
       }
@@ -87,7 +88,8 @@ UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
     UniqueFd fd;
     v1::SessionFrame reply = ReadFrame(timeout_, &fd);
     if (reply.has_goodbye()) {
-      ThrowError(ErrorCode::kUnavailable, StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
+      ThrowError(ErrorCode::kUnavailable,
+                 StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
     }
     if (reply.has_error() && reply.error().request_id() == id) {
       ThrowError(static_cast<ErrorCode>(reply.error().code()), reply.error().message());

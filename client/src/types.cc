@@ -12,14 +12,22 @@ struct DTypeRow {
 };
 
 constexpr DTypeRow kDTypes[] = {
-    {DType::kUnspecified, "unspecified", 0}, {DType::kBool, "bool", 1},
-    {DType::kInt8, "int8", 1},               {DType::kUInt8, "uint8", 1},
-    {DType::kInt16, "int16", 2},             {DType::kUInt16, "uint16", 2},
-    {DType::kInt32, "int32", 4},             {DType::kUInt32, "uint32", 4},
-    {DType::kInt64, "int64", 8},             {DType::kUInt64, "uint64", 8},
-    {DType::kFloat16, "float16", 2},         {DType::kBFloat16, "bfloat16", 2},
-    {DType::kFloat32, "float32", 4},         {DType::kFloat64, "float64", 8},
-    {DType::kComplex64, "complex64", 8},     {DType::kComplex128, "complex128", 16},
+    {DType::kUnspecified, "unspecified", 0},
+    {DType::kBool, "bool", 1},
+    {DType::kInt8, "int8", 1},
+    {DType::kUInt8, "uint8", 1},
+    {DType::kInt16, "int16", 2},
+    {DType::kUInt16, "uint16", 2},
+    {DType::kInt32, "int32", 4},
+    {DType::kUInt32, "uint32", 4},
+    {DType::kInt64, "int64", 8},
+    {DType::kUInt64, "uint64", 8},
+    {DType::kFloat16, "float16", 2},
+    {DType::kBFloat16, "bfloat16", 2},
+    {DType::kFloat32, "float32", 4},
+    {DType::kFloat64, "float64", 8},
+    {DType::kComplex64, "complex64", 8},
+    {DType::kComplex128, "complex128", 16},
 };
 
 nlohmann::json Json(const TensorDesc& t) {

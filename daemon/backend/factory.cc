@@ -1,6 +1,6 @@
-#include "common/strings.h"
 #include "daemon/backend/factory.h"
 
+#include "common/strings.h"
 #include "daemon/backend/host_backend.h"
 
 namespace gpubroker {

@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "daemon/backend/host_backend.h"
 
 #include <fcntl.h>
@@ -13,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/strings.h"
 #include "common/units.h"
 #include "daemon/backend/range_allocator.h"
 #include "spdlog/spdlog.h"
@@ -81,8 +81,7 @@ uint64_t MemAvailable() {
 class ArenaBuffer final : public BackendBuffer {
  public:
   ArenaBuffer(std::shared_ptr<HostBackend::Arena> arena,
-              std::shared_ptr<HostBackend::Accounting> accounting, uint64_t offset,
-              uint64_t size)
+              std::shared_ptr<HostBackend::Accounting> accounting, uint64_t offset, uint64_t size)
       : arena_(std::move(arena)), accounting_(std::move(accounting)) {
     info_.kind = ImportKind::kHostArena;
     info_.pool_id = arena_->id;
@@ -204,9 +203,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
   {
     absl::MutexLock lock(&accounting_->mu);
     if (accounting_->used + rounded > capacity_) {
-      return absl::ResourceExhaustedError(StrCat(
-          "host pool full: requested ", rounded, " bytes, ", accounting_->used, " of ", capacity_,
-          " in use, ", capacity_ - accounting_->used, " free"));
+      return absl::ResourceExhaustedError(StrCat("host pool full: requested ", rounded, " bytes, ",
+                                                 accounting_->used, " of ", capacity_, " in use, ",
+                                                 capacity_ - accounting_->used, " free"));
     }
     accounting_->used += rounded;
   }
@@ -238,9 +237,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
   }
   if (!offset) {
     give_back();
-    return absl::ResourceExhaustedError(
-        StrCat("host pool of tenant '", req.tenant, "' fragmented: requested ", rounded,
-                     " bytes, largest free range ", largest));
+    return absl::ResourceExhaustedError(StrCat("host pool of tenant '", req.tenant,
+                                               "' fragmented: requested ", rounded,
+                                               " bytes, largest free range ", largest));
   }
   return std::make_unique<ArenaBuffer>(arena, accounting_, *offset, rounded);
 }
@@ -279,7 +278,8 @@ DeviceUsage HostBackend::Usage(int /*device*/) const {
   {
     absl::MutexLock lock(&accounting_->mu);
     u.used_bytes = accounting_->used;
-    for (const auto& [buffer, fd] : accounting_->isolated_fds) u.reserved_bytes += AllocatedBytes(fd);
+    for (const auto& [buffer, fd] : accounting_->isolated_fds)
+      u.reserved_bytes += AllocatedBytes(fd);
   }
   for (int fd : fds) u.reserved_bytes += AllocatedBytes(fd);
   u.free_bytes = MemAvailable();

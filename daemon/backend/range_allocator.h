@@ -34,7 +34,7 @@ class RangeAllocator {
 
   uint64_t capacity_;
   uint64_t free_bytes_;
-  std::map<uint64_t, uint64_t> by_offset_;          // offset -> size
+  std::map<uint64_t, uint64_t> by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset)
 };
 

@@ -1,10 +1,10 @@
-#include "common/strings.h"
 #include "daemon/config/options.h"
 
 #include <fstream>
 #include <sstream>
 
 #include "common/paths.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "yaml-cpp/yaml.h"
 
@@ -67,8 +67,8 @@ const std::vector<OptionSpec> kOptions = {
        for (const char* l : kLevels) {
          if (v == l) return SetString(o.log_level, v);
        }
-       return absl::InvalidArgumentError(StrCat(
-           "unknown log level '", v, "' (use trace, debug, info, warn, error or off)"));
+       return absl::InvalidArgumentError(
+           StrCat("unknown log level '", v, "' (use trace, debug, info, warn, error or off)"));
      }},
     {"config", "GPUBROKER_CONFIG", "", "FILE", "none",
      "YAML file with any of these keys, plus tenants (see docs/configuration.md).",
@@ -114,8 +114,7 @@ absl::StatusOr<std::vector<T>> IdList(const YAML::Node& node, std::string_view w
   for (const auto& item : node) {
     uint64_t v = 0;
     if (!item.IsScalar() || !ParseInt(item.Scalar(), &v) || v > 0xffffffffu) {
-      return absl::InvalidArgumentError(StrCat(what, " holds '", item.Scalar(),
-                                                     "', not a number"));
+      return absl::InvalidArgumentError(StrCat(what, " holds '", item.Scalar(), "', not a number"));
     }
     out.push_back(static_cast<T>(v));
   }
@@ -228,8 +227,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     }
     const OptionSpec* spec = FindByFlag(arg);
     if (spec == nullptr) {
-      return absl::InvalidArgumentError(
-          StrCat("unknown option --", arg, " (see --help)"));
+      return absl::InvalidArgumentError(StrCat("unknown option --", arg, " (see --help)"));
     }
     if (!has_value) {
       if (i + 1 >= argc) {
@@ -276,25 +274,33 @@ std::string HelpText(std::string_view program) {
       "The gpubroker daemon: lends GPU (or host) memory to processes on this node and\n"
       "lets them share it with no copy.\n\nOptions (flag, environment variable, default):\n");
   for (const auto& o : kOptions) {
-    StrAppend(&out, "  --", o.flag, " ", o.value_name, "\n      ", o.help, "\n      env ",
-                    o.env, o.key.empty() ? "" : StrCat(", config key ", o.key),
-                    "; default: ", o.default_text, "\n");
+    StrAppend(&out, "  --", o.flag, " ", o.value_name, "\n      ", o.help, "\n      env ", o.env,
+              o.key.empty() ? "" : StrCat(", config key ", o.key), "; default: ", o.default_text,
+              "\n");
   }
   StrAppend(&out,
-                  "  --help          this text\n"
-                  "  --version       print the version and exit\n"
-                  "Flags override the environment, which overrides the config file.\n");
+            "  --help          this text\n"
+            "  --version       print the version and exit\n"
+            "Flags override the environment, which overrides the config file.\n");
   return out;
 }
 
 std::string OptionsMarkdown() {
+  auto cell = [](std::string_view s) {
+    std::string out;
+    for (char ch : s) {
+      if (ch == '|') out += '\\';
+      out += ch;
+    }
+    return out;
+  };
   std::string out =
       "| flag | environment | config key | default | meaning |\n"
       "| --- | --- | --- | --- | --- |\n";
   for (const auto& o : kOptions) {
-    StrAppend(&out, "| `--", o.flag, " ", o.value_name, "` | `", o.env, "` | ",
-                    o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ", o.default_text,
-                    " | ", o.help, " |\n");
+    StrAppend(&out, "| `--", o.flag, " ", cell(o.value_name), "` | `", o.env, "` | ",
+              o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ", cell(o.default_text), " | ",
+              cell(o.help), " |\n");
   }
   return out;
 }

@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "daemon/core/registry.h"
 
 #include <algorithm>
@@ -7,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/names.h"
+#include "common/strings.h"
 #include "daemon/core/tensor.h"
 
 namespace gpubroker {
@@ -206,10 +206,10 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   if (!device.ok()) return device.status();
   const DeviceInfo& dev = backend_.devices()[*device];
   if (p.size > dev.capacity_bytes) {
-    return WithReason(absl::InvalidArgumentError(StrCat(
-                          "size ", p.size, " bytes exceeds the capacity of device ", dev.uuid,
-                          " (", dev.capacity_bytes, " bytes)")),
-                      "invalid");
+    return WithReason(
+        absl::InvalidArgumentError(StrCat("size ", p.size, " bytes exceeds the capacity of device ",
+                                          dev.uuid, " (", dev.capacity_bytes, " bytes)")),
+        "invalid");
   }
 
   std::string tenant;
@@ -234,11 +234,10 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
     const uint64_t quota = tenants_.QuotaFor(tenant);
     if (quota != 0 && usage.used_bytes + rounded > quota) {
       const uint64_t left = quota > usage.used_bytes ? quota - usage.used_bytes : 0;
-      return WithReason(
-          absl::ResourceExhaustedError(StrCat(
-              "tenant '", tenant, "' over quota: requested ", rounded, " bytes, ",
-              usage.used_bytes, " of ", quota, " in use, ", left, " left")),
-          "quota");
+      return WithReason(absl::ResourceExhaustedError(StrCat(
+                            "tenant '", tenant, "' over quota: requested ", rounded, " bytes, ",
+                            usage.used_bytes, " of ", quota, " in use, ", left, " left")),
+                        "quota");
     }
     // Reserve quota and name before the backend call, which runs unlocked.
     usage.used_bytes += rounded;
@@ -324,9 +323,8 @@ absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey
         GrantLease(*s, b);
         return BufferGrant{b.view, b.memory->import_info()};
       }
-      why_wait = absl::FailedPreconditionError(
-          StrCat("buffer ", key.ToString(),
-                       " is not sealed yet (open with wait, or allow_unsealed)"));
+      why_wait = absl::FailedPreconditionError(StrCat(
+          "buffer ", key.ToString(), " is not sealed yet (open with wait, or allow_unsealed)"));
     } else {
       why_wait = found.status();
     }
@@ -338,9 +336,9 @@ absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= params.deadline) {
-      return absl::DeadlineExceededError(StrCat(
-          "buffer ", key.ToString(), found.ok() ? " was not sealed" : " did not appear",
-          " before the deadline"));
+      return absl::DeadlineExceededError(StrCat("buffer ", key.ToString(),
+                                                found.ok() ? " was not sealed" : " did not appear",
+                                                " before the deadline"));
     }
     const auto until = std::min(params.deadline, now + kWaitSlice);
     changed_.WaitWithTimeout(&mu_, absl::FromChrono(until - now));
@@ -360,8 +358,8 @@ absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
         StrCat("seal needs a lease on buffer ", id, "; open it first"));
   }
   if (b.view.tenant != s->view.tenant) {
-    return absl::PermissionDeniedError(StrCat(
-        "buffer ", id, " belongs to tenant '", b.view.tenant, "'; only its tenant may seal it"));
+    return absl::PermissionDeniedError(StrCat("buffer ", id, " belongs to tenant '", b.view.tenant,
+                                              "'; only its tenant may seal it"));
   }
   if (b.view.state != BufferState::kSealed) {
     b.view.state = BufferState::kSealed;
@@ -381,8 +379,8 @@ absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
   }
   Buffer& b = buffers_.at(id);
   if (free && b.view.tenant != s->view.tenant) {
-    return absl::PermissionDeniedError(StrCat(
-        "buffer ", id, " belongs to tenant '", b.view.tenant, "'; only its tenant may free it"));
+    return absl::PermissionDeniedError(StrCat("buffer ", id, " belongs to tenant '", b.view.tenant,
+                                              "'; only its tenant may free it"));
   }
   if (--lease->second == 0) s->leases.erase(lease);
   b.view.leases--;
@@ -404,9 +402,8 @@ absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey&
   if (!found.ok()) return found.status();
   Buffer& b = **found;
   if (b.view.tenant != s->view.tenant) {
-    return absl::PermissionDeniedError(StrCat("buffer ", key.ToString(),
-                                                    " belongs to tenant '", b.view.tenant,
-                                                    "'; only its tenant may free it"));
+    return absl::PermissionDeniedError(StrCat("buffer ", key.ToString(), " belongs to tenant '",
+                                              b.view.tenant, "'; only its tenant may free it"));
   }
   MarkFreed(b);
   BufferView view = b.view;

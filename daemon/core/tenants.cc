@@ -1,7 +1,7 @@
-#include "common/strings.h"
 #include "daemon/core/tenants.h"
 
 #include "common/names.h"
+#include "common/strings.h"
 
 namespace gpubroker {
 
@@ -19,16 +19,14 @@ absl::StatusOr<TenantDirectory> TenantDirectory::Create(std::vector<TenantSpec> 
       auto [it, fresh] = dir.by_uid_.emplace(uid, i);
       if (!fresh) {
         return absl::InvalidArgumentError(StrCat("uid ", uid, " is in tenants '",
-                                                       tenants[it->second].name, "' and '",
-                                                       t.name, "'"));
+                                                 tenants[it->second].name, "' and '", t.name, "'"));
       }
     }
     for (gid_t gid : t.gids) {
       auto [it, fresh] = dir.by_gid_.emplace(gid, i);
       if (!fresh) {
         return absl::InvalidArgumentError(StrCat("gid ", gid, " is in tenants '",
-                                                       tenants[it->second].name, "' and '",
-                                                       t.name, "'"));
+                                                 tenants[it->second].name, "' and '", t.name, "'"));
       }
     }
   }

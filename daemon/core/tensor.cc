@@ -1,6 +1,6 @@
-#include "common/strings.h"
 #include "daemon/core/tensor.h"
 
+#include "common/strings.h"
 
 namespace gpubroker {
 
@@ -19,9 +19,8 @@ absl::Status ValidateTensor(const TensorDesc& tensor, uint64_t buffer_size) {
         StrCat("tensor has ", tensor.shape.size(), " dimensions; the limit is 32"));
   }
   if (!tensor.strides.empty() && tensor.strides.size() != tensor.shape.size()) {
-    return absl::InvalidArgumentError(StrCat("tensor has ", tensor.shape.size(),
-                                                   " dimensions but ", tensor.strides.size(),
-                                                   " strides"));
+    return absl::InvalidArgumentError(StrCat("tensor has ", tensor.shape.size(), " dimensions but ",
+                                             tensor.strides.size(), " strides"));
   }
   // Highest element index reachable, computed with overflow checks.
   constexpr uint64_t kLimit = UINT64_MAX / 2;
@@ -60,9 +59,9 @@ absl::Status ValidateTensor(const TensorDesc& tensor, uint64_t buffer_size) {
     extent = count * item;
   }
   if (tensor.byte_offset > buffer_size || extent > buffer_size - tensor.byte_offset) {
-    return absl::InvalidArgumentError(
-        StrCat("tensor needs ", extent, " bytes at offset ", tensor.byte_offset,
-                     " but the buffer has ", buffer_size));
+    return absl::InvalidArgumentError(StrCat("tensor needs ", extent, " bytes at offset ",
+                                             tensor.byte_offset, " but the buffer has ",
+                                             buffer_size));
   }
   return absl::OkStatus();
 }

@@ -39,7 +39,8 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(buffers, {{"device", c.device_uuid}, {"tenant", c.tenant}}, c.buffers);
       add(bytes, {{"device", c.device_uuid}, {"tenant", c.tenant}}, static_cast<double>(c.bytes));
     }
-    auto& capacity = gauge("gpubroker_pool_capacity_bytes", "Bytes the broker may lend per device.");
+    auto& capacity =
+        gauge("gpubroker_pool_capacity_bytes", "Bytes the broker may lend per device.");
     auto& reserved = gauge("gpubroker_pool_reserved_bytes",
                            "Bytes taken from the device by the broker's pools.");
     auto& used = gauge("gpubroker_pool_used_bytes", "Bytes held by live buffers per device.");
@@ -82,13 +83,14 @@ Metrics::Metrics(Sampler sampler)
                      .Help("Bytes given back because a session ended or a TTL passed.")
                      .Register(*registry_)
                      .Add({})),
-      allocation_seconds_(prometheus::BuildHistogram()
-                              .Name("gpubroker_allocation_duration_seconds")
-                              .Help("Time the daemon spends in an Allocate call.")
-                              .Register(*registry_)
-                              .Add({}, prometheus::Histogram::BucketBoundaries{
-                                           1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4,
-                                           2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1, 1})),
+      allocation_seconds_(
+          prometheus::BuildHistogram()
+              .Name("gpubroker_allocation_duration_seconds")
+              .Help("Time the daemon spends in an Allocate call.")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
+                                                               5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                                               2.5e-3, 5e-3, 1e-2, 0.1, 1})),
       sessions_started_(prometheus::BuildCounter()
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")

@@ -1,8 +1,8 @@
-#include "common/strings.h"
 #include "daemon/service/broker_service.h"
 
 #include <chrono>
 
+#include "common/strings.h"
 #include "common/token.h"
 #include "common/version.h"
 #include "daemon/service/convert.h"
@@ -20,7 +20,7 @@ absl::StatusOr<SessionView> BrokerService::Authenticate(const grpc::ServerContex
   if (it == md.end()) {
     return absl::UnauthenticatedError(
         StrCat("no session token: connect to session.sock first and send the token in '",
-                     kTokenMetadataKey, "' metadata"));
+               kTokenMetadataKey, "' metadata"));
   }
   auto token = TokenFromHex(std::string_view(it->second.data(), it->second.size()));
   if (!token) return absl::UnauthenticatedError("malformed session token (want 32 hex digits)");
@@ -31,14 +31,13 @@ grpc::Status BrokerService::Refuse(std::string_view call, const SessionView* s,
                                    const absl::Status& status) {
   uint64_t suppressed = 0;
   if (warn_limiter_.Allow(&suppressed)) {
-    const std::string who =
-        s != nullptr ? StrCat("session ", s->id, " (pid ", s->peer.pid, " tenant '",
-                                    s->tenant, "')")
-                     : std::string("an unauthenticated caller");
+    const std::string who = s != nullptr ? StrCat("session ", s->id, " (pid ", s->peer.pid,
+                                                  " tenant '", s->tenant, "')")
+                                         : std::string("an unauthenticated caller");
     const std::string more =
         suppressed > 0 ? StrCat(" (", suppressed, " similar messages suppressed)") : "";
-    spdlog::warn("refused {} from {}: {}: {}{}", call, who,
-                 absl::StatusCodeToString(status.code()), View(status.message()), more);
+    spdlog::warn("refused {} from {}: {}: {}{}", call, who, absl::StatusCodeToString(status.code()),
+                 View(status.message()), more);
   }
   return ToGrpcStatus(status);
 }
@@ -78,8 +77,9 @@ grpc::Status BrokerService::Open(grpc::ServerContext* ctx, const v1::OpenRequest
   const auto call_deadline = ctx->deadline();
   if (call_deadline != std::chrono::system_clock::time_point::max()) {
     const auto left = call_deadline - std::chrono::system_clock::now();
-    params.deadline = std::min(
-        params.deadline, now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left));
+    params.deadline =
+        std::min(params.deadline,
+                 now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left));
   }
   params.cancelled = [ctx] { return ctx->IsCancelled(); };
   auto grant = registry_.Open(session->id, *key, params);

@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "daemon/session/session_server.h"
 
 #include <sys/epoll.h>
@@ -8,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "spdlog/spdlog.h"
@@ -122,7 +122,7 @@ void SessionServer::Loop() {
       Connection& c = *it->second;
       if (c.session == 0 && now >= c.hello_deadline) {
         Warn(StrCat("session.sock: dropping ", Describe(c.peer),
-                          ": no Hello within the hello timeout"));
+                    ": no Hello within the hello timeout"));
         ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
         it = connections_.erase(it);
       } else {
@@ -169,7 +169,8 @@ SessionServer::Outcome SessionServer::OnReadable(Connection& c) {
     // No descriptor buffer: descriptors that a client sends are dropped by the kernel.
     auto got = RecvSome(c.fd.get(), buf, sizeof(buf), nullptr);
     if (!got.ok()) {
-      if (c.session == 0) Warn(StrCat("session.sock: ", Describe(c.peer), ": ", got.status().message()));
+      if (c.session == 0)
+        Warn(StrCat("session.sock: ", Describe(c.peer), ": ", got.status().message()));
       return Outcome::kDrop;
     }
     if (got->eof) {
@@ -183,8 +184,7 @@ SessionServer::Outcome SessionServer::OnReadable(Connection& c) {
     for (;;) {
       auto frame = c.decoder.Next();
       if (!frame.ok()) {
-        Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ",
-                          frame.status().message()));
+        Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", frame.status().message()));
         return Outcome::kDrop;
       }
       if (!frame->has_value()) break;
@@ -207,8 +207,7 @@ SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFr
       break;
   }
   Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": unexpected frame (field ",
-                    static_cast<int>(frame.body_case()), ")",
-                    c.session == 0 ? " before Hello" : ""));
+              static_cast<int>(frame.body_case()), ")", c.session == 0 ? " before Hello" : ""));
   return Outcome::kDrop;
 }
 
@@ -222,7 +221,7 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
     auto* e = reply.mutable_error();
     e->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
     e->set_message(StrCat("protocol version ", hello.protocol_version(),
-                                " is not supported; this daemon speaks ", kProtocolVersion));
+                          " is not supported; this daemon speaks ", kProtocolVersion));
     SendFrame(c, reply);
     return Outcome::kDrop;
   }

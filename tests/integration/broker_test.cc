@@ -88,8 +88,8 @@ TEST(Broker, KeepOutlivesTheOwnerAndTtlEndsIt) {
   EXPECT_EQ(reader.Send("check y 3"), "ok");
   EXPECT_EQ(reader.Send("open z gone.with.owner unsealed").rfind("err NOT_FOUND", 0), 0u);
   EXPECT_NE(reader.Ok("list").find("short.lived"), std::string::npos);
-  EXPECT_TRUE(Eventually([&] { return reader.Ok("list").find("short.lived") == std::string::npos; },
-                         5s))
+  EXPECT_TRUE(
+      Eventually([&] { return reader.Ok("list").find("short.lived") == std::string::npos; }, 5s))
       << "TTL did not end the buffer";
   EXPECT_EQ(reader.Send("open z short.lived unsealed").rfind("err NOT_FOUND", 0), 0u);
   reader.Ok("release y");

@@ -174,11 +174,16 @@ int Process::Wait(std::chrono::milliseconds timeout) {
 // Daemon -----------------------------------------------------------------------
 
 Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml) {
-  std::vector<std::string> argv = {BinDir() + "/gpubrokerd",   "--socket-dir",
-                                   dir_.path(),                "--metrics-address",
-                                   "127.0.0.1:0",              "--hello-timeout",
-                                   "300ms",                    "--backend",
-                                   "host",                     "--host-pool-bytes",
+  std::vector<std::string> argv = {BinDir() + "/gpubrokerd",
+                                   "--socket-dir",
+                                   dir_.path(),
+                                   "--metrics-address",
+                                   "127.0.0.1:0",
+                                   "--hello-timeout",
+                                   "300ms",
+                                   "--backend",
+                                   "host",
+                                   "--host-pool-bytes",
                                    "256MiB"};
   if (!config_yaml.empty()) {
     const std::string path = dir_.path() + "/gpubroker.yaml";
@@ -248,8 +253,7 @@ double Daemon::Metric(const std::string& series) const {
 // Helper -----------------------------------------------------------------------
 
 Helper::Helper(const std::string& socket_dir, int uid) {
-  std::vector<std::string> argv = {BinDir() + "/gpubroker-test-helper", "--socket-dir",
-                                   socket_dir};
+  std::vector<std::string> argv = {BinDir() + "/gpubroker-test-helper", "--socket-dir", socket_dir};
   if (uid >= 0) {
     argv.push_back("--uid");
     argv.push_back(std::to_string(uid));

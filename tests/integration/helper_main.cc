@@ -84,8 +84,10 @@ std::string Churn(Client& client, int me, int ring, int cycles) {
     oo.wait = true;
     oo.timeout = std::chrono::seconds(60);
     Buffer theirs = client.open("churn." + std::to_string(prev) + "." + std::to_string(k), oo);
-    const int64_t bad = Check(theirs, static_cast<uint64_t>(prev * 100000 + k), theirs.size() - kAck);
-    if (bad >= 0) return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
+    const int64_t bad =
+        Check(theirs, static_cast<uint64_t>(prev * 100000 + k), theirs.size() - kAck);
+    if (bad >= 0)
+      return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
     volatile uint8_t* ack = static_cast<uint8_t*>(theirs.data()) + theirs.size() - 1;
     *ack = 0xa5;
 
@@ -117,7 +119,8 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
   };
 
   if (cmd == "ping") return "ok " + std::to_string(::getpid());
-  if (cmd == "session") return "ok " + std::to_string(client.session().id) + " " + client.session().tenant;
+  if (cmd == "session")
+    return "ok " + std::to_string(client.session().id) + " " + client.session().tenant;
   if (cmd == "alloc") {
     need(3);
     auto opts = Options(w, 3);

@@ -74,7 +74,7 @@ TEST(Lifecycle, SigtermReleasesEverythingRemovesSocketsAndExitsZero) {
 TEST(Lifecycle, StaleSocketsFromAKilledDaemonDoNotBlockANewOne) {
   TempDir dir;
   std::vector<std::string> args = {"--socket-dir", dir.path(), "--metrics-address", "",
-                                   "--backend", "host"};
+                                   "--backend",    "host"};
   {
     args.insert(args.begin(), BinDir() + "/gpubrokerd");
     Process first = Process::Spawn(args, dir.path() + "/log");
@@ -115,13 +115,14 @@ TEST(Lifecycle, InvalidOptionsFailAtStartWithAClearMessage) {
   EXPECT_NE(out.find("--host-pool-bytes"), std::string::npos) << out;
   EXPECT_EQ(RunDaemon({"--frobnicate"}, &out, dir.path()), 2);
   EXPECT_EQ(RunDaemon({"--config", dir.path() + "/missing.yaml"}, &out, dir.path()), 2);
-  std::ofstream(dir.path() + "/bad.yaml") << "tenants:\n  - name: a\n    uids: [1]\n  - name: b\n    uids: [1]\n";
+  std::ofstream(dir.path() + "/bad.yaml")
+      << "tenants:\n  - name: a\n    uids: [1]\n  - name: b\n    uids: [1]\n";
   EXPECT_EQ(RunDaemon({"--config", dir.path() + "/bad.yaml", "--socket-dir", dir.path() + "/s"},
                       &out, dir.path()),
             1);
   EXPECT_NE(out.find("uid 1"), std::string::npos) << out;
-  EXPECT_EQ(RunDaemon({"--socket-dir", dir.path() + "/s", "--metrics-address", "256.1.1.1:1"},
-                      &out, dir.path()),
+  EXPECT_EQ(RunDaemon({"--socket-dir", dir.path() + "/s", "--metrics-address", "256.1.1.1:1"}, &out,
+                      dir.path()),
             1);
   EXPECT_NE(out.find("cannot serve metrics"), std::string::npos) << out;
   EXPECT_EQ(RunDaemon({"--help"}, &out, dir.path()), 0);
@@ -153,10 +154,12 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
   h.Ok("open b m");
   const std::string body = HttpGet(daemon.metrics_address(), "/metrics");
   for (const char* family :
-       {"gpubroker_build_info{version=", "gpubroker_sessions ", "gpubroker_buffers{device=\"host\",tenant=",
+       {"gpubroker_build_info{version=", "gpubroker_sessions ",
+        "gpubroker_buffers{device=\"host\",tenant=",
         "gpubroker_allocated_bytes{device=\"host\",tenant=",
         "gpubroker_pool_capacity_bytes{device=\"host\"} 268435456",
-        "gpubroker_pool_reserved_bytes{device=\"host\"}", "gpubroker_allocations_total{result=\"ok\"} 1",
+        "gpubroker_pool_reserved_bytes{device=\"host\"}",
+        "gpubroker_allocations_total{result=\"ok\"} 1",
         "gpubroker_allocations_total{result=\"quota\"} 0",
         "gpubroker_allocations_total{result=\"out_of_memory\"} 0",
         "gpubroker_allocations_total{result=\"invalid\"} 0",

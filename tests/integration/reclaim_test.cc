@@ -76,8 +76,8 @@ TEST(Reclaim, CleanExitCountsAsClosedNotDied) {
     Helper h(daemon.socket_dir());
     h.Ok("alloc a 4096");
   }
-  ASSERT_TRUE(Eventually(
-      [&] { return daemon.Metric("gpubroker_sessions_total{end=\"closed\"}") == 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_sessions_total{end=\"closed\"}") == 1; }));
   EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 0);
   EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), 0);
 }

@@ -45,9 +45,7 @@ class Robustness : public ::testing::Test {
     EXPECT_TRUE(fd.ok()) << fd.status();
     return fd.ok() ? std::move(*fd) : UniqueFd();
   }
-  static void Write(int fd, std::string_view bytes) {
-    ASSERT_TRUE(SendAll(fd, bytes).ok());
-  }
+  static void Write(int fd, std::string_view bytes) { ASSERT_TRUE(SendAll(fd, bytes).ok()); }
   // True when the daemon closes the connection within the timeout.
   static bool ClosedByDaemon(int fd, std::chrono::milliseconds timeout = 3s) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;

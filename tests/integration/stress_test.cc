@@ -15,7 +15,8 @@ TEST(Stress, EightProcessesThousandCyclesLeaveThePoolAsItBegan) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
   std::vector<std::unique_ptr<Helper>> ring;
-  for (int i = 0; i < kProcesses; ++i) ring.push_back(std::make_unique<Helper>(daemon.socket_dir()));
+  for (int i = 0; i < kProcesses; ++i)
+    ring.push_back(std::make_unique<Helper>(daemon.socket_dir()));
   const auto before = nlohmann::json::parse(ring[0]->Ok("status"))["devices"][0];
 
   for (int i = 0; i < kProcesses; ++i) {

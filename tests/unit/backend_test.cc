@@ -22,8 +22,7 @@ class BackendTest : public ::testing::TestWithParam<BackendUnderTest> {
     backend_ = GetParam().make(&why);
     if (!backend_) GTEST_SKIP() << GetParam().name << ": " << why;
   }
-  AllocationRequest Request(uint64_t size, const std::string& tenant = "t",
-                            bool isolated = false) {
+  AllocationRequest Request(uint64_t size, const std::string& tenant = "t", bool isolated = false) {
     return AllocationRequest{0, tenant, size, isolated};
   }
   std::unique_ptr<Backend> backend_;

@@ -6,7 +6,8 @@ namespace gpubroker {
 
 std::vector<BackendUnderTest> BackendsUnderTest() {
   return {
-      {"host", [](std::string*) -> std::unique_ptr<Backend> {
+      {"host",
+       [](std::string*) -> std::unique_ptr<Backend> {
          return std::make_unique<HostBackend>(uint64_t{64} << 20);
        }},
   };

@@ -54,9 +54,9 @@ TEST(Options, FlagsBeatEnvironmentBeatsFile) {
   env.vars["GPUBROKER_HOST_POOL_BYTES"] = "3GiB";
   auto p = Parse({"--host-pool-bytes", "64MiB", "--socket-dir=/tmp/x"}, env);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->options.backend, "host");                 // file
-  EXPECT_EQ(p->options.log_level, "warn");               // env over file
-  EXPECT_EQ(p->options.host_pool_bytes, 64u << 20);      // flag over env
+  EXPECT_EQ(p->options.backend, "host");             // file
+  EXPECT_EQ(p->options.log_level, "warn");           // env over file
+  EXPECT_EQ(p->options.host_pool_bytes, 64u << 20);  // flag over env
   EXPECT_EQ(p->options.socket_dir, "/tmp/x");
   EXPECT_EQ(p->options.config_file, file);
   std::remove(file.c_str());

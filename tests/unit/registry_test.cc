@@ -30,7 +30,8 @@ class RegistryTest : public ::testing::TestWithParam<BackendUnderTest> {
     registry_.reset();
     auto dir = TenantDirectory::Create(std::move(tenants), default_quota);
     ASSERT_TRUE(dir.ok());
-    registry_ = std::make_unique<Registry>(*backend_, std::move(*dir), [this] { return now_ms_.load(); });
+    registry_ =
+        std::make_unique<Registry>(*backend_, std::move(*dir), [this] { return now_ms_.load(); });
   }
 
   SessionId Session(uid_t uid = 1000) {
@@ -100,8 +101,7 @@ TEST_P(RegistryTest, RefusesBadInputWithInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Used(), 0u);
   EXPECT_TRUE(registry_->Allocate(s, {.size = 1, .device = "0"}).ok());
-  EXPECT_TRUE(
-      registry_->Allocate(s, {.size = 1, .device = backend_->devices()[0].uuid}).ok());
+  EXPECT_TRUE(registry_->Allocate(s, {.size = 1, .device = backend_->devices()[0].uuid}).ok());
 }
 
 TEST_P(RegistryTest, NamesAreUniqueUntilFreed) {
@@ -172,8 +172,7 @@ TEST_P(RegistryTest, OpenWaitEndsAtTheDeadlineOrCancellationOrShutdown) {
     std::this_thread::sleep_for(50ms);
     cancel = true;
   });
-  EXPECT_EQ(registry_->Open(c, {0, "never"}, params).status().code(),
-            absl::StatusCode::kCancelled);
+  EXPECT_EQ(registry_->Open(c, {0, "never"}, params).status().code(), absl::StatusCode::kCancelled);
   t.join();
 
   params.cancelled = {};
@@ -239,8 +238,7 @@ TEST_P(RegistryTest, TokensAuthenticateTheirSessionOnly) {
   wrong[0] ^= 1;
   EXPECT_EQ(registry_->Authenticate(wrong).status().code(), absl::StatusCode::kUnauthenticated);
   registry_->EndSession(s->id);
-  EXPECT_EQ(registry_->Authenticate(s->token).status().code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(registry_->Authenticate(s->token).status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(registry_->Allocate(s->id, {.size = 1}).status().code(),
             absl::StatusCode::kUnauthenticated);
 }
@@ -282,8 +280,8 @@ TEST_P(RegistryTest, OtherTenantsSeeNothingUnlessShared) {
   EXPECT_EQ(registry_->ExportPoolFd(bob, secret.import.pool_id).status().code(),
             absl::StatusCode::kNotFound);
 
-  auto shared = registry_->Allocate(alice, {.size = 4096, .name = "for-bob",
-                                            .share_with = {"uid-2000"}});
+  auto shared =
+      registry_->Allocate(alice, {.size = 4096, .name = "for-bob", .share_with = {"uid-2000"}});
   ASSERT_TRUE(shared.ok());
   EXPECT_EQ(shared->import.pool_id, 0u) << "a cross-tenant buffer must have an fd of its own";
   ASSERT_TRUE(registry_->Seal(alice, shared->buffer.id).ok());

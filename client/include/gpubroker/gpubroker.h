@@ -75,15 +75,15 @@ typedef struct gpubroker_buffer gpubroker_buffer_t;
 
 /** @brief Options of gpubroker_allocate. Initialize with gpubroker_alloc_options_init. */
 typedef struct gpubroker_alloc_options {
-  uint32_t struct_size;     /**< sizeof(gpubroker_alloc_options_t), for evolution */
-  const char* device;       /**< UUID or ordinal; NULL or "": the first device */
-  const char* name;         /**< NULL or "": unnamed */
-  int keep;                 /**< nonzero: outlive this session */
-  uint64_t ttl_ms;          /**< 0: no TTL */
-  int32_t dtype;            /**< gpubroker_dtype_t; UNSPECIFIED: no tensor descriptor */
+  uint32_t struct_size; /**< sizeof(gpubroker_alloc_options_t), for evolution */
+  const char* device;   /**< UUID or ordinal; NULL or "": the first device */
+  const char* name;     /**< NULL or "": unnamed */
+  int keep;             /**< nonzero: outlive this session */
+  uint64_t ttl_ms;      /**< 0: no TTL */
+  int32_t dtype;        /**< gpubroker_dtype_t; UNSPECIFIED: no tensor descriptor */
   uint32_t ndim;
-  const int64_t* shape;     /**< ndim extents */
-  const int64_t* strides;   /**< ndim strides in elements, or NULL for C-contiguous */
+  const int64_t* shape;   /**< ndim extents */
+  const int64_t* strides; /**< ndim strides in elements, or NULL for C-contiguous */
   uint64_t byte_offset;
   const char* const* share_with; /**< tenant names */
   uint32_t n_share_with;
@@ -92,9 +92,9 @@ typedef struct gpubroker_alloc_options {
 /** @brief Options of gpubroker_open. Initialize with gpubroker_open_options_init. */
 typedef struct gpubroker_open_options {
   uint32_t struct_size;
-  int wait;            /**< nonzero: wait until the buffer exists and is sealed */
-  int64_t timeout_ms;  /**< bound of the wait (default 30000) */
-  int allow_unsealed;  /**< nonzero: open a buffer still being written */
+  int wait;           /**< nonzero: wait until the buffer exists and is sealed */
+  int64_t timeout_ms; /**< bound of the wait (default 30000) */
+  int allow_unsealed; /**< nonzero: open a buffer still being written */
 } gpubroker_open_options_t;
 
 GPUBROKER_C_API void gpubroker_alloc_options_init(gpubroker_alloc_options_t* options);
@@ -113,26 +113,26 @@ GPUBROKER_C_API const char* gpubroker_version(void);
  * @return GPUBROKER_UNAVAILABLE when no daemon answers.
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_connect(const char* socket_dir,
-                                                      gpubroker_client_t** out);
+                                                     gpubroker_client_t** out);
 /** @brief Drops this handle; the session ends once its buffers are gone too. */
 GPUBROKER_C_API void gpubroker_disconnect(gpubroker_client_t* client);
 
 /** @brief Allocates a buffer owned by this session. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
-                                                       const gpubroker_alloc_options_t* options,
-                                                       gpubroker_buffer_t** out);
+                                                      const gpubroker_alloc_options_t* options,
+                                                      gpubroker_buffer_t** out);
 /** @brief Opens a buffer by name, or by id when name_or_id is all digits. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_open(gpubroker_client_t* client,
-                                                   const char* name_or_id,
-                                                   const gpubroker_open_options_t* options,
-                                                   gpubroker_buffer_t** out);
+                                                  const char* name_or_id,
+                                                  const gpubroker_open_options_t* options,
+                                                  gpubroker_buffer_t** out);
 /** @brief Opens a buffer by id. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_open_id(gpubroker_client_t* client, uint64_t id,
-                                                      const gpubroker_open_options_t* options,
-                                                      gpubroker_buffer_t** out);
+                                                     const gpubroker_open_options_t* options,
+                                                     gpubroker_buffer_t** out);
 /** @brief Frees a buffer of this tenant by name or id. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_free(gpubroker_client_t* client,
-                                                   const char* name_or_id);
+                                                  const char* name_or_id);
 /** @brief JSON array of the buffers this tenant may see; free with gpubroker_string_free. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_list_json(gpubroker_client_t* client, char** out);
 /** @brief JSON document of the daemon's status; free with gpubroker_string_free. */
@@ -162,13 +162,13 @@ GPUBROKER_C_API int gpubroker_buffer_is_owner(const gpubroker_buffer_t* buffer);
  * the producer gave none).
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffer_t* buffer,
-                                                            int32_t* dtype, uint32_t* ndim,
-                                                            const int64_t** shape,
-                                                            const int64_t** strides,
-                                                            uint64_t* byte_offset);
+                                                           int32_t* dtype, uint32_t* ndim,
+                                                           const int64_t** shape,
+                                                           const int64_t** strides,
+                                                           uint64_t* byte_offset);
 /** @brief JSON of the buffer's description; free with gpubroker_string_free. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* buffer,
-                                                               char** out);
+                                                              char** out);
 
 #ifdef __cplusplus
 }  // extern "C"

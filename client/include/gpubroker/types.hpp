@@ -127,7 +127,7 @@ struct AllocateOptions {
   std::string device;  ///< UUID or ordinal; empty: the first device
   std::string name;    ///< optional; unique on the node
   std::optional<TensorDesc> tensor;
-  bool keep = false;  ///< outlive this process's session (until freed or TTL)
+  bool keep = false;                    ///< outlive this process's session (until freed or TTL)
   std::chrono::milliseconds ttl{0};     ///< 0: no TTL
   std::vector<std::string> share_with;  ///< tenants that may open it too
 };
@@ -141,7 +141,7 @@ struct OpenOptions {
 
 /// @brief Options of Client::connect.
 struct ConnectOptions {
-  std::string client_name = "cpp";  ///< shown in the daemon's log
+  std::string client_name = "cpp";                                   ///< shown in the daemon's log
   std::chrono::milliseconds call_timeout{std::chrono::seconds(30)};  ///< deadline of each call
 };
 
