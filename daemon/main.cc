@@ -9,6 +9,7 @@
 #include "common/version.h"
 #include "daemon/config/options.h"
 #include "daemon/daemon.h"
+#include "google/protobuf/stubs/logging.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -38,6 +39,16 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
   auto logger = spdlog::stderr_color_mt("gpubrokerd");
+  // Protobuf complains on stderr about every malformed frame a client sends;
+  // route that through our (rate-limited, levelled) log instead.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+        if (level >= google::protobuf::LOGLEVEL_FATAL) {
+          spdlog::critical("protobuf {}:{}: {}", file, line, message);
+        } else {
+          spdlog::debug("protobuf: {}", message);
+        }
+      });
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(parsed->options.log_level));

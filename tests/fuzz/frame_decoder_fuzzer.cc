@@ -7,6 +7,13 @@
 #include <string_view>
 
 #include "common/frame.h"
+#include "google/protobuf/stubs/logging.h"
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Malformed strings are the point here; protobuf's complaints are noise.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
