@@ -192,6 +192,16 @@ gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer) {
   return Guard([&] { buffer->buffer.seal(); });
 }
 
+gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer, void* stream) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr);
+  return Guard([&] { buffer->buffer.seal(stream); });
+}
+
+gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer, void* stream) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr);
+  return Guard([&] { buffer->buffer.wait_ready(stream); });
+}
+
 gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer) {
   if (buffer == nullptr) return GPUBROKER_OK;
   gpubroker_status_t status = Guard([&] { buffer->buffer.release(); });

@@ -48,8 +48,10 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullptr; }
 
-void Buffer::seal() {
+void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
+  // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
+  mapping_->RecordReady(stream);
   grpc::ClientContext ctx;
   impl_->Prepare(ctx);
   v1::SealRequest req;
@@ -58,6 +60,11 @@ void Buffer::seal() {
   grpc::Status s = impl_->stub().Seal(&ctx, req, &resp);
   if (!s.ok()) impl_->Throw(s);
   info_ = detail::FromProto(resp.buffer());
+}
+
+void Buffer::wait_ready(void* stream) {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
+  mapping_->WaitReady(stream);
 }
 
 void Buffer::release() { Reset(true); }
@@ -127,6 +134,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
   if (!s.ok()) impl_->Throw(s);
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
+  if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;
 }
 

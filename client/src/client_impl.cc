@@ -38,6 +38,10 @@ std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
 
 }  // namespace
 
+void ThrowStatus(const absl::Status& status) {
+  ThrowError(static_cast<ErrorCode>(status.code()), std::string(View(status.message())));
+}
+
 ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
     : socket_dir_(std::move(socket_dir)), options_(std::move(options)) {
   session_channel_ = std::make_unique<SessionChannel>(StrCat(socket_dir_, "/", kSessionSocketName),
@@ -78,23 +82,30 @@ void ClientImpl::Throw(const grpc::Status& status) const {
   ThrowError(code, status.error_message());
 }
 
-std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id) {
+std::shared_ptr<ImportedPool> ClientImpl::Pool(const v1::ImportDescriptor& import) {
   std::lock_guard lock(pools_mu_);
-  if (auto it = pools_.find(pool_id); it != pools_.end()) return it->second;
+  if (auto it = pools_.find(import.pool_id()); it != pools_.end()) return it->second;
   v1::FdRequest req;
-  req.set_pool_id(pool_id);
+  req.set_pool_id(import.pool_id());
   v1::FdGrant grant;
   auto pool = std::make_shared<ImportedPool>();
-  pool->fd = session_channel_->RequestFd(std::move(req), &grant);
+  UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
   pool->size = grant.size();
-  pools_[pool_id] = pool;
+  if (import.kind() == v1::IMPORT_KIND_CUDA_POOL) {
+#ifdef GPUBROKER_HAVE_CUDA
+    pool->cuda_pool = ImportCudaPool(std::move(fd), import.device_uuid());
+#endif
+  } else {
+    pool->fd = std::move(fd);
+  }
+  pools_[import.pool_id()] = pool;
   return pool;
 }
 
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
   switch (import.kind()) {
     case v1::IMPORT_KIND_HOST_ARENA: {
-      auto pool = Pool(import.pool_id());
+      auto pool = Pool(import);
       if (import.offset() + import.mapped_size() > pool->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its pool");
       }
@@ -107,10 +118,21 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
       UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
       return MapHost(fd.get(), 0, import.mapped_size());  // the mapping outlives the fd
     }
+#ifdef GPUBROKER_HAVE_CUDA
+    case v1::IMPORT_KIND_CUDA_POOL:
+      return MapCudaPoolBuffer(Pool(import)->cuda_pool, import);
+    case v1::IMPORT_KIND_CUDA_VMM: {
+      v1::FdRequest req;
+      req.set_buffer_id(id);
+      v1::FdGrant grant;
+      return MapCudaVmmBuffer(session_channel_->RequestFd(std::move(req), &grant), import);
+    }
+#else
     case v1::IMPORT_KIND_CUDA_POOL:
     case v1::IMPORT_KIND_CUDA_VMM:
       ThrowError(ErrorCode::kUnimplemented,
                  "this client library was built without CUDA support; cannot map a CUDA buffer");
+#endif
     default:
       ThrowError(ErrorCode::kInternal,
                  StrCat("unknown import kind ", static_cast<int>(import.kind())));

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "absl/status/status.h"
 #include "common/frame.h"
 #include "common/unique_fd.h"
 #include "gpubroker/types.hpp"
@@ -22,6 +23,11 @@ class Mapping {
  public:
   virtual ~Mapping() = default;
   virtual void* data() const = 0;
+  /// Records the buffer's ready fence on `stream` (CUDA); nothing on the host,
+  /// where a write is complete when it returns.
+  virtual void RecordReady(void* /*stream*/) {}
+  /// Makes `stream` wait for the ready fence (CUDA); nothing on the host.
+  virtual void WaitReady(void* /*stream*/) {}
 };
 
 /// The client end of session.sock: the session's lifeline and the channel on
@@ -54,10 +60,13 @@ class SessionChannel {
   std::chrono::milliseconds timeout_;
 };
 
-/// A descriptor fetched from the daemon and kept for the life of the session.
+/// A pool fetched from the daemon and kept for the life of the session: the
+/// descriptor (host arenas are mapped from it buffer by buffer), or the
+/// imported CUDA pool (the descriptor is closed once imported).
 struct ImportedPool {
   UniqueFd fd;
   uint64_t size = 0;
+  void* cuda_pool = nullptr;  // cudaMemPool_t
 };
 
 class ClientImpl {
@@ -80,7 +89,7 @@ class ClientImpl {
   [[noreturn]] void Throw(const grpc::Status& status) const;
 
  private:
-  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id);
+  std::shared_ptr<ImportedPool> Pool(const v1::ImportDescriptor& import);
 
   std::string socket_dir_;
   ConnectOptions options_;
@@ -93,6 +102,18 @@ class ClientImpl {
   std::mutex pools_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<ImportedPool>> pools_;
 };
+
+/// Throws the Error that matches an internal status.
+[[noreturn]] void ThrowStatus(const absl::Status& status);
+
+#ifdef GPUBROKER_HAVE_CUDA
+/// Imports a CUDA pool's descriptor (consumed) on the device with this UUID.
+void* ImportCudaPool(UniqueFd fd, const std::string& device_uuid);
+/// Maps a buffer of an imported pool.
+std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, const v1::ImportDescriptor& import);
+/// Imports, reserves, maps and opens access to a VMM buffer (descriptor consumed).
+std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, const v1::ImportDescriptor& import);
+#endif
 
 BufferInfo FromProto(const v1::BufferInfo& info);
 BrokerStatus FromProto(const v1::StatusResponse& status);

@@ -46,6 +46,7 @@ BufferInfo FromProto(const v1::BufferInfo& b) {
   info.leases = b.leases();
   info.owner_session = b.owner_session();
   info.created_unix_ms = b.created_unix_ms();
+  info.backing = b.backing();
   return info;
 }
 

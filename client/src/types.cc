@@ -50,7 +50,8 @@ nlohmann::json Json(const BufferInfo& b) {
                       {"shared_with", b.shared_with},
                       {"leases", b.leases},
                       {"owner_session", b.owner_session},
-                      {"created_unix_ms", b.created_unix_ms}};
+                      {"created_unix_ms", b.created_unix_ms},
+                      {"backing", b.backing}};
   j["tensor"] = b.tensor ? Json(*b.tensor) : nlohmann::json(nullptr);
   return j;
 }

@@ -2,18 +2,85 @@
 
 #include "common/strings.h"
 #include "daemon/backend/host_backend.h"
+#include "spdlog/spdlog.h"
+#ifdef GPUBROKER_HAVE_CUDA
+#include "daemon/backend/cuda/cuda_backend.h"
+#include "daemon/backend/cuda/devices.h"
+#endif
 
 namespace gpubroker {
+namespace {
+
+BackendChoice Host(const DaemonOptions& options, std::string why) {
+  BackendChoice choice;
+  choice.backend = std::make_unique<HostBackend>(options.host_pool_bytes);
+  choice.why = std::move(why);
+  return choice;
+}
+
+#ifdef GPUBROKER_HAVE_CUDA
+// The GPUs to serve, or why there are none.
+absl::StatusOr<std::vector<CudaDevice>> UsableGpus(const DaemonOptions& options) {
+  auto all = DiscoverCudaDevices();
+  if (!all.ok()) return all.status();
+  auto selected = SelectDevices(*all, options.devices);
+  if (!selected.ok()) return selected.status();
+  std::vector<CudaDevice> usable;
+  std::string refused;
+  for (auto& d : *selected) {
+    const std::string lacks = d.Lacks();
+    if (lacks.empty()) {
+      usable.push_back(d);
+    } else {
+      StrAppend(&refused, refused.empty() ? "" : "; ", d.uuid, " (", d.name, ") lacks ", lacks);
+      if (!options.devices.empty()) {
+        return absl::FailedPreconditionError(StrCat("--devices: ", refused));
+      }
+      spdlog::warn("not serving {} ({}): it lacks {}", d.uuid, d.name, lacks);
+    }
+  }
+  if (usable.empty()) return absl::FailedPreconditionError(StrCat("no GPU qualifies: ", refused));
+  return usable;
+}
+#endif
+
+}  // namespace
 
 absl::StatusOr<BackendChoice> CreateBackend(const DaemonOptions& options) {
+  if (options.backend == "host") return Host(options, "asked for");
+#ifdef GPUBROKER_HAVE_CUDA
+  auto gpus = UsableGpus(options);
+  if (!gpus.ok()) {
+    if (options.backend == "cuda") {
+      return absl::FailedPreconditionError(
+          StrCat("--backend cuda: ", View(gpus.status().message())));
+    }
+    if (gpus.status().code() == absl::StatusCode::kInvalidArgument) return gpus.status();
+    return Host(options, std::string(View(gpus.status().message())));
+  }
+  CudaBackendOptions cuda;
+  cuda.pool_bytes = options.pool_bytes;
+  cuda.vmm_threshold = options.vmm_threshold;
+  const size_t n = gpus->size();
+  auto backend = CudaBackend::Create(std::move(*gpus), cuda);
+  if (!backend.ok()) {
+    if (options.backend == "cuda" ||
+        backend.status().code() == absl::StatusCode::kInvalidArgument) {
+      return backend.status();
+    }
+    return Host(options, StrCat("CUDA backend failed: ", View(backend.status().message())));
+  }
+  BackendChoice choice;
+  choice.backend = std::move(*backend);
+  choice.why = options.backend == "cuda" ? "asked for" : StrCat(n, " GPU", n == 1 ? "" : "s");
+  return choice;
+#else
   const std::string no_cuda = "this build has no CUDA backend";
   if (options.backend == "cuda") {
     return absl::FailedPreconditionError(StrCat("--backend cuda: ", no_cuda));
   }
-  BackendChoice choice;
-  choice.backend = std::make_unique<HostBackend>(options.host_pool_bytes);
-  choice.why = options.backend == "host" ? "asked for" : no_cuda;
-  return choice;
+  return Host(options, no_cuda);
+#endif
 }
 
 }  // namespace gpubroker

@@ -24,6 +24,9 @@ struct DaemonOptions {
   std::string socket_group;
   uint64_t hello_timeout_ms = 5000;
   uint64_t default_quota_bytes = 0;  // 0: unlimited
+  std::string devices;               // CUDA devices by UUID or ordinal; empty: all
+  std::string pool_bytes = "90%";    // per CUDA device: bytes or a share
+  uint64_t vmm_threshold = uint64_t{2} << 30;
   std::vector<TenantSpec> tenants;   // config file only
 };
 

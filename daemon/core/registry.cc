@@ -19,6 +19,20 @@ absl::Status WithReason(absl::Status status, std::string_view reason) {
   return status;
 }
 
+std::string BackingName(ImportKind kind) {
+  switch (kind) {
+    case ImportKind::kHostArena:
+      return "host-arena";
+    case ImportKind::kHostFd:
+      return "host-fd";
+    case ImportKind::kCudaPool:
+      return "cuda-pool";
+    case ImportKind::kCudaVmm:
+      return "cuda-vmm";
+  }
+  return "unknown";
+}
+
 // Waits are cut into slices so that a cancelled call is noticed promptly.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
@@ -296,6 +310,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
     expiries_.emplace(b.view.expires_unix_ms, b.view.id);
   }
   b.memory = std::move(*memory);
+  b.view.backing = BackingName(b.memory->import_info().kind);
   if (!p.name.empty()) names_[p.name] = b.view.id;
   const BufferId id = b.view.id;
   Buffer& stored = buffers_[id] = std::move(b);

@@ -70,6 +70,7 @@ void ToProto(const BufferView& v, v1::BufferInfo* out) {
   out->set_leases(v.leases);
   out->set_owner_session(v.owner_session);
   out->set_created_unix_ms(v.created_unix_ms);
+  out->set_backing(v.backing);
 }
 
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {

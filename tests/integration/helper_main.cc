@@ -17,29 +17,16 @@
 #include <vector>
 
 #include "gpubroker/client.hpp"
+#include "tests/integration/helper_memory.h"
 
 namespace {
 
 using gpubroker::Buffer;
 using gpubroker::Client;
-
-uint8_t PatternByte(uint64_t i, uint64_t seed) {
-  return static_cast<uint8_t>((i * 131 + seed * 7 + 1) & 0xff);
-}
-
-void Fill(Buffer& b, uint64_t seed, uint64_t length) {
-  auto* p = static_cast<uint8_t*>(b.data());
-  for (uint64_t i = 0; i < length; ++i) p[i] = PatternByte(i, seed);
-}
-
-// Index of the first wrong byte, or -1.
-int64_t Check(const Buffer& b, uint64_t seed, uint64_t length) {
-  const auto* p = static_cast<const uint8_t*>(b.data());
-  for (uint64_t i = 0; i < length; ++i) {
-    if (p[i] != PatternByte(i, seed)) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
+using gpubroker::testing::Check;
+using gpubroker::testing::Fill;
+using gpubroker::testing::Peek;
+using gpubroker::testing::Poke;
 
 std::map<std::string, std::string> Options(const std::vector<std::string>& words, size_t from) {
   std::map<std::string, std::string> out;
@@ -68,16 +55,17 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 // previous one's: allocate, fill, seal; open the peer's (wait), verify, write
 // an acknowledgement into it; wait for our own acknowledgement (seen through
 // the shared memory itself), then free ours and release theirs.
-std::string Churn(Client& client, int me, int ring, int cycles) {
+std::string Churn(Client& client, int me, int ring, int cycles, const std::string& device) {
   const int prev = (me + ring - 1) % ring;
   constexpr uint64_t kAck = 8;  // last bytes: the consumer's acknowledgement
   for (int k = 0; k < cycles; ++k) {
     const uint64_t size = 4096 + static_cast<uint64_t>((k * 7919 + me * 104729) % 200000);
     gpubroker::AllocateOptions ao;
     ao.name = "churn." + std::to_string(me) + "." + std::to_string(k);
+    ao.device = device;
     Buffer mine = client.allocate(size, ao);
     Fill(mine, static_cast<uint64_t>(me * 100000 + k), size - kAck);
-    std::memset(static_cast<char*>(mine.data()) + size - kAck, 0, kAck);
+    Poke(mine, size - 1, 0);
     mine.seal();
 
     gpubroker::OpenOptions oo;
@@ -86,14 +74,11 @@ std::string Churn(Client& client, int me, int ring, int cycles) {
     Buffer theirs = client.open("churn." + std::to_string(prev) + "." + std::to_string(k), oo);
     const int64_t bad =
         Check(theirs, static_cast<uint64_t>(prev * 100000 + k), theirs.size() - kAck);
-    if (bad >= 0)
-      return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
-    volatile uint8_t* ack = static_cast<uint8_t*>(theirs.data()) + theirs.size() - 1;
-    *ack = 0xa5;
+    if (bad >= 0) return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
+    Poke(theirs, theirs.size() - 1, 0xa5);
 
-    volatile uint8_t* my_ack = static_cast<uint8_t*>(mine.data()) + size - 1;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (*my_ack != 0xa5) {
+    while (Peek(mine, size - 1) != 0xa5) {
       if (std::chrono::steady_clock::now() > deadline) {
         return "err DEADLINE_EXCEEDED no acknowledgement in cycle " + std::to_string(k);
       }
@@ -170,22 +155,36 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
     Fill(b, std::stoull(w[2]), b.size());
     return "ok";
   }
-  if (cmd == "check") {
+  if (cmd == "check") {  // check KEY SEED [stream]: with "stream", wait for the fence
     need(3);
     Buffer& b = buffer(w[1]);
-    const int64_t bad = Check(b, std::stoull(w[2]), b.size());
+    const int64_t bad = Check(b, std::stoull(w[2]), b.size(), Options(w, 3).count("stream") > 0);
     if (bad >= 0) return "err DATA_LOSS mismatch at byte " + std::to_string(bad);
+    return "ok";
+  }
+  if (cmd == "slowfill") {  // slowfill KEY SEED DELAY_MS: fill after a delay, seal at once
+    need(4);
+    gpubroker::testing::SlowFillAndSeal(buffer(w[1]), std::stoull(w[2]), std::stoi(w[3]));
+    return "ok";
+  }
+  if (cmd == "drain") {
+    gpubroker::testing::Drain();
     return "ok";
   }
   if (cmd == "poke") {
     need(4);
-    static_cast<uint8_t*>(buffer(w[1]).data())[std::stoull(w[2])] =
-        static_cast<uint8_t>(std::stoul(w[3]));
+    Poke(buffer(w[1]), std::stoull(w[2]), static_cast<uint8_t>(std::stoul(w[3])));
     return "ok";
   }
   if (cmd == "peek") {
     need(3);
-    return "ok " + std::to_string(static_cast<uint8_t*>(buffer(w[1]).data())[std::stoull(w[2])]);
+    return "ok " + std::to_string(Peek(buffer(w[1]), std::stoull(w[2])));
+  }
+  if (cmd == "info") {
+    need(2);
+    const auto& i = buffer(w[1]).info();
+    return "ok backing=" + i.backing + " device=" + i.device_uuid + " size=" +
+           std::to_string(i.size) + " reserved=" + std::to_string(i.reserved_size);
   }
   if (cmd == "seal") {
     need(2);
@@ -205,9 +204,10 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
   }
   if (cmd == "list") return "ok " + gpubroker::ToJson(client.list());
   if (cmd == "status") return "ok " + gpubroker::ToJson(client.status());
-  if (cmd == "churn") {
+  if (cmd == "churn") {  // churn ME RING CYCLES [device=D]
     need(4);
-    return Churn(client, std::stoi(w[1]), std::stoi(w[2]), std::stoi(w[3]));
+    auto opts = Options(w, 4);
+    return Churn(client, std::stoi(w[1]), std::stoi(w[2]), std::stoi(w[3]), opts["device"]);
   }
   return "err INVALID_ARGUMENT unknown command " + cmd;
 }

@@ -15,6 +15,9 @@ namespace gpubroker {
 struct BackendUnderTest {
   std::string name;
   std::function<std::unique_ptr<Backend>(std::string* why)> make;
+  /// RoundedSize predicts reserved_size exactly (host pages, VMM granularity);
+  /// a CUDA pool's own rounding is known only once it has allocated.
+  bool exact_rounding = true;
 };
 
 std::vector<BackendUnderTest> BackendsUnderTest();

@@ -74,9 +74,19 @@ class GPUBROKER_API Buffer {
 
   /// @brief Marks the writes complete (ALLOCATED -> SEALED); readers waiting in
   /// open() wake up.
+  ///
+  /// On the CUDA backends the buffer's ready fence is recorded on `stream` (a
+  /// cudaStream_t; nullptr: the legacy default stream) first, so the producer
+  /// need not synchronize: a consumer's stream waits for the work queued on
+  /// `stream` before the seal. On the host backend writes are complete when
+  /// they return and `stream` is ignored.
   /// @throws FailedPreconditionError without a lease; PermissionDeniedError for
   ///         another tenant's buffer.
-  void seal();
+  void seal(void* stream = nullptr);
+
+  /// @brief Makes `stream` (a cudaStream_t) wait for the producer's writes, as
+  /// recorded at seal. No-op on the host backend.
+  void wait_ready(void* stream = nullptr);
 
   /// @brief Unmaps and drops the lease now (what the destructor does), but
   /// reports errors. The handle is empty afterwards.

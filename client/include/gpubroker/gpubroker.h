@@ -139,8 +139,17 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_list_json(gpubroker_client_t* clien
 GPUBROKER_C_API gpubroker_status_t gpubroker_status_json(gpubroker_client_t* client, char** out);
 GPUBROKER_C_API void gpubroker_string_free(char* s);
 
-/** @brief Marks the producer's writes complete. */
+/** @brief Marks the producer's writes complete (the ready fence on the legacy default stream). */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer);
+/**
+ * @brief Records the ready fence on `stream` (a cudaStream_t) and marks the
+ * writes complete: the producer need not synchronize. Host backend: as seal.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer,
+                                                             void* stream);
+/** @brief Makes `stream` (a cudaStream_t) wait for the producer's sealed writes. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
+                                                                void* stream);
 /**
  * @brief Unmaps, drops the lease (an owner's unkept buffer is also freed) and
  * destroys the handle, whatever the result. NULL is a no-op.

@@ -76,6 +76,7 @@ struct BufferInfo {
   uint32_t leases = 0;
   uint64_t owner_session = 0;  ///< 0 once the owner's session has ended
   int64_t created_unix_ms = 0;
+  std::string backing;  ///< "host-arena", "host-fd", "cuda-pool", "cuda-vmm"
 };
 
 struct DeviceStatus {
@@ -137,6 +138,9 @@ struct OpenOptions {
   bool wait = false;  ///< wait until the buffer exists and is sealed
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};  ///< bound of the wait
   bool allow_unsealed = false;  ///< open a buffer that is still being written
+  /// A cudaStream_t that is to wait for the buffer's ready fence (CUDA
+  /// backends; the same as calling Buffer::wait_ready(stream) after open).
+  void* stream = nullptr;
 };
 
 /// @brief Options of Client::connect.

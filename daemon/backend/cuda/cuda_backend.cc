@@ -1,0 +1,415 @@
+#include "daemon/backend/cuda/cuda_backend.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/cuda/cuda_util.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "daemon/backend/cuda/event_pool.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+
+struct CudaBackend::Device {
+  CudaDevice info;
+  int index = 0;  // position in devices()
+  uint64_t capacity = 0;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<EventPool> events;
+  // Bytes of live buffers (pool deltas and VMM sizes), for the capacity check.
+  std::atomic<uint64_t> used{0};
+  std::atomic<uint64_t> vmm_bytes{0};
+  absl::Mutex mu;
+  std::map<std::string, std::shared_ptr<Pool>> pools ABSL_GUARDED_BY(mu);
+};
+
+struct CudaBackend::Pool {
+  PoolId id = 0;
+  std::string tenant;
+  Device* device = nullptr;
+  cudaMemPool_t pool = nullptr;
+  UniqueFd exported;  // the pool's POSIX fd; clients get dups
+  // Serializes this pool's allocations and frees, so that the change of the
+  // pool's used memory around a call is that call's alone.
+  absl::Mutex mu;
+};
+
+namespace {
+
+constexpr uint64_t kPoolAlignment = 512;
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+uint64_t PoolAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr) {
+  cuuint64_t value = 0;
+  if (cudaMemPoolGetAttribute(pool, attr, &value) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<uint64_t>(value);
+}
+
+absl::StatusOr<UniqueFd> Dup(int fd) {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return absl::InternalError(StrCat("dup: ", std::strerror(errno)));
+  return UniqueFd(copy);
+}
+
+// A buffer from a tenant's pool.
+class PoolBuffer final : public BackendBuffer {
+ public:
+  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, void* ptr, uint64_t reserved,
+             ImportInfo info, EventPool::Event ready)
+      : pool_(std::move(pool)), ptr_(ptr), reserved_(reserved), info_(std::move(info)),
+        ready_(std::move(ready)) {}
+  ~PoolBuffer() override;
+
+  uint64_t reserved_size() const override { return reserved_; }
+  const ImportInfo& import_info() const override { return info_; }
+  absl::StatusOr<FdGrant> ExportFd() override {
+    return absl::FailedPreconditionError("buffer lives in its tenant's pool; import the pool");
+  }
+
+ private:
+  std::shared_ptr<CudaBackend::Pool> pool_;
+  void* ptr_;
+  uint64_t reserved_;
+  ImportInfo info_;
+  EventPool::Event ready_;
+};
+
+// A VMM allocation with a POSIX fd of its own.
+class VmmBuffer final : public BackendBuffer {
+ public:
+  VmmBuffer(CudaBackend::Device* device, const cuda::DriverApi* api,
+            CUmemGenericAllocationHandle handle, UniqueFd fd, ImportInfo info,
+            EventPool::Event ready)
+      : device_(device), api_(api), handle_(handle), fd_(std::move(fd)), info_(std::move(info)),
+        ready_(std::move(ready)) {}
+  ~VmmBuffer() override;
+
+  uint64_t reserved_size() const override { return info_.mapped_size; }
+  const ImportInfo& import_info() const override { return info_; }
+  absl::StatusOr<FdGrant> ExportFd() override {
+    auto fd = Dup(fd_.get());
+    if (!fd.ok()) return fd.status();
+    return FdGrant{std::move(*fd), FdKind::kCudaVmm, info_.mapped_size, info_.device_uuid};
+  }
+
+ private:
+  CudaBackend::Device* device_;
+  const cuda::DriverApi* api_;
+  CUmemGenericAllocationHandle handle_;
+  UniqueFd fd_;
+  ImportInfo info_;
+  EventPool::Event ready_;
+};
+
+}  // namespace
+
+PoolBuffer::~PoolBuffer() {
+  CudaBackend::Device& d = *pool_->device;
+  {
+    absl::MutexLock lock(&pool_->mu);
+    cuda::ScopedDevice on(d.info.ordinal);
+    cudaError_t err = cudaFreeAsync(ptr_, d.stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream);
+    if (err != cudaSuccess) {
+      spdlog::error("cuda-pool: freeing {} bytes on {}: {}", reserved_, d.info.uuid,
+                    cudaGetErrorString(err));
+      cudaGetLastError();
+    }
+  }
+  d.used -= reserved_;
+  d.events->Release(std::move(ready_));
+}
+
+VmmBuffer::~VmmBuffer() {
+  fd_.reset();
+  if (auto s = api_->Check(api_->cuMemRelease(handle_), "cuMemRelease"); !s.ok()) {
+    spdlog::error("cuda-vmm: {}", std::string(View(s.message())));
+  }
+  device_->used -= info_.mapped_size;
+  device_->vmm_bytes -= info_.mapped_size;
+  device_->events->Release(std::move(ready_));
+}
+
+absl::StatusOr<uint64_t> ParsePoolBytes(const std::string& spec, uint64_t device_bytes) {
+  uint64_t bytes = 0;
+  const std::string_view s = Trim(spec);
+  if (!s.empty() && s.back() == '%') {
+    double percent = 0;
+    if (!ParseDouble(s.substr(0, s.size() - 1), &percent) || percent <= 0 || percent > 100) {
+      return absl::InvalidArgumentError(
+          StrCat("--pool-bytes: '", spec, "' is not a share of the device between 0% and 100%"));
+    }
+    bytes = static_cast<uint64_t>(static_cast<double>(device_bytes) * percent / 100.0);
+  } else {
+    auto parsed = ParseBytes(s);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("--pool-bytes: ", View(parsed.status().message())));
+    }
+    bytes = *parsed;
+  }
+  if (bytes > device_bytes) {
+    return absl::InvalidArgumentError(StrCat("--pool-bytes: ", FormatBytes(bytes),
+                                             " is more than the device has (",
+                                             FormatBytes(device_bytes), ")"));
+  }
+  if (bytes == 0) return absl::InvalidArgumentError("--pool-bytes must be positive");
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    std::vector<CudaDevice> devices, const CudaBackendOptions& options) {
+  auto api = cuda::DriverApi::Get();
+  if (!api.ok()) return api.status();
+  std::unique_ptr<CudaBackend> backend(new CudaBackend());
+  backend->options_ = options;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto d = std::make_unique<Device>();
+    d->info = std::move(devices[i]);
+    d->index = static_cast<int>(i);
+    auto capacity = ParsePoolBytes(options.pool_bytes, d->info.total_bytes);
+    if (!capacity.ok()) return capacity.status();
+    d->capacity = *capacity;
+    cuda::ScopedDevice on(d->info.ordinal);
+    if (!on.status().ok()) return on.status();
+    GPUBROKER_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+    d->events = std::make_unique<EventPool>(d->info.ordinal);
+    DeviceInfo info;
+    info.uuid = d->info.uuid;
+    info.name = d->info.name;
+    info.backend = "cuda";
+    info.ordinal = d->info.ordinal;
+    info.total_bytes = d->info.total_bytes;
+    info.capacity_bytes = d->capacity;
+    info.compute_capability = d->info.ComputeCapability();
+    backend->infos_.push_back(info);
+    backend->devices_.push_back(std::move(d));
+  }
+  return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  {
+    absl::MutexLock lock(&mu_);
+    pools_by_id_.clear();
+  }
+  for (auto& d : devices_) {
+    cuda::ScopedDevice on(d->info.ordinal);
+    {
+      absl::MutexLock lock(&d->mu);
+      for (auto& [tenant, pool] : d->pools) cudaMemPoolDestroy(pool->pool);
+      d->pools.clear();
+    }
+    d->events.reset();
+    if (d->stream != nullptr) cudaStreamDestroy(d->stream);
+  }
+}
+
+bool CudaBackend::UsesVmm(uint64_t size, bool isolated) const {
+  return isolated || size >= options_.vmm_threshold;
+}
+
+uint64_t CudaBackend::RoundedSize(int device, uint64_t size, bool isolated) const {
+  if (UsesVmm(size, isolated)) {
+    return RoundUp(size, std::max<uint64_t>(devices_[device]->info.vmm_granularity, 1));
+  }
+  return RoundUp(size, kPoolAlignment);
+}
+
+absl::StatusOr<std::shared_ptr<CudaBackend::Pool>> CudaBackend::PoolFor(Device& d,
+                                                                        const std::string& tenant) {
+  absl::MutexLock lock(&d.mu);
+  if (auto it = d.pools.find(tenant); it != d.pools.end()) return it->second;
+  cuda::ScopedDevice on(d.info.ordinal);
+  if (!on.status().ok()) return on.status();
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = d.info.ordinal;
+  props.maxSize = d.capacity;
+  auto pool = std::make_shared<Pool>();
+  pool->tenant = tenant;
+  pool->device = &d;
+  GPUBROKER_CUDA_TRY(cudaMemPoolCreate(&pool->pool, &props));
+  int fd = -1;
+  const cudaError_t err = cudaMemPoolExportToShareableHandle(
+      &fd, pool->pool, cudaMemHandleTypePosixFileDescriptor, 0);
+  if (err != cudaSuccess) {
+    cudaMemPoolDestroy(pool->pool);
+    return cuda::RuntimeError(err, "cudaMemPoolExportToShareableHandle");
+  }
+  pool->exported.reset(fd);
+  {
+    absl::MutexLock ids(&mu_);
+    pool->id = next_pool_id_++;
+    pools_by_id_[pool->id] = pool;
+  }
+  d.pools[tenant] = pool;
+  spdlog::info("cuda-pool: pool {} for tenant '{}' on {} (max {})", pool->id, tenant, d.info.uuid,
+               FormatBytes(d.capacity));
+  return pool;
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::Allocate(const AllocationRequest& req) {
+  if (req.device < 0 || req.device >= static_cast<int>(devices_.size())) {
+    return absl::InvalidArgumentError(StrCat("no device ", req.device));
+  }
+  Device& d = *devices_[req.device];
+  const uint64_t estimate = RoundedSize(req.device, req.size, req.isolated);
+  // Claim the estimate against the capacity first; the real size follows.
+  const uint64_t before = d.used.fetch_add(estimate);
+  if (before + estimate > d.capacity) {
+    d.used -= estimate;
+    return absl::ResourceExhaustedError(StrCat(
+        "device ", d.info.uuid, " full: requested ", estimate, " bytes, ", before, " of ",
+        d.capacity, " in use, ", d.capacity > before ? d.capacity - before : 0, " free"));
+  }
+  auto buffer = UsesVmm(req.size, req.isolated) ? AllocateVmm(d, req) : AllocatePooled(d, req);
+  if (!buffer.ok()) {
+    d.used -= estimate;
+    return buffer;
+  }
+  d.used += (*buffer)->reserved_size();
+  d.used -= estimate;
+  return buffer;
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
+    Device& d, const AllocationRequest& req) {
+  auto pool = PoolFor(d, req.tenant);
+  if (!pool.ok()) return pool.status();
+  auto ready = d.events->Acquire();
+  if (!ready.ok()) return ready.status();
+  void* ptr = nullptr;
+  uint64_t reserved = 0;
+  cudaMemPoolPtrExportData data{};
+  {
+    absl::MutexLock lock(&(*pool)->mu);
+    cuda::ScopedDevice on(d.info.ordinal);
+    const uint64_t used_before = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
+    cudaError_t err = cudaMallocFromPoolAsync(&ptr, req.size, (*pool)->pool, d.stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      d.events->Release(std::move(*ready));
+      if (err == cudaErrorMemoryAllocation) {
+        return absl::ResourceExhaustedError(
+            StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
+                   " bytes failed (pool of tenant '", req.tenant, "' holds ",
+                   PoolAttribute((*pool)->pool, cudaMemPoolAttrReservedMemCurrent), " bytes)"));
+      }
+      return cuda::RuntimeError(err, "cudaMallocFromPoolAsync");
+    }
+    const uint64_t used_after = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
+    reserved = used_after > used_before ? used_after - used_before : RoundUp(req.size, kPoolAlignment);
+    err = cudaMemPoolExportPointer(&data, ptr);
+    if (err != cudaSuccess) {
+      cudaFreeAsync(ptr, d.stream);
+      cudaStreamSynchronize(d.stream);
+      d.events->Release(std::move(*ready));
+      return cuda::RuntimeError(err, "cudaMemPoolExportPointer");
+    }
+  }
+  ImportInfo info;
+  info.kind = ImportKind::kCudaPool;
+  info.pool_id = (*pool)->id;
+  info.mapped_size = reserved;
+  info.export_data.assign(reinterpret_cast<const char*>(&data), sizeof(data));
+  info.ready_event = ready->handle;
+  info.device_uuid = d.info.uuid;
+  return std::make_unique<PoolBuffer>(*pool, ptr, reserved, std::move(info), std::move(*ready));
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
+    Device& d, const AllocationRequest& req) {
+  auto api_or = cuda::DriverApi::Get();
+  if (!api_or.ok()) return api_or.status();
+  const cuda::DriverApi* api = *api_or;
+  const uint64_t size = RoundedSize(d.index, req.size, true);
+  auto ready = d.events->Acquire();
+  if (!ready.ok()) return ready.status();
+  cuda::ScopedDevice on(d.info.ordinal);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = d.info.ordinal;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle handle = 0;
+  if (auto s = api->Check(api->cuMemCreate(&handle, size, &prop, 0), "cuMemCreate"); !s.ok()) {
+    d.events->Release(std::move(*ready));
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(
+          StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
+    }
+    return s;
+  }
+  int fd = -1;
+  if (auto s = api->Check(api->cuMemExportToShareableHandle(
+                              &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                          "cuMemExportToShareableHandle");
+      !s.ok()) {
+    api->cuMemRelease(handle);
+    d.events->Release(std::move(*ready));
+    return s;
+  }
+  ImportInfo info;
+  info.kind = ImportKind::kCudaVmm;
+  info.pool_id = 0;
+  info.mapped_size = size;
+  info.ready_event = ready->handle;
+  info.device_uuid = d.info.uuid;
+  d.vmm_bytes += size;
+  return std::make_unique<VmmBuffer>(&d, api, handle, UniqueFd(fd), std::move(info),
+                                     std::move(*ready));
+}
+
+absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view tenant) {
+  std::shared_ptr<Pool> p;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pools_by_id_.find(pool);
+    if (it != pools_by_id_.end() && it->second->tenant == tenant) p = it->second;
+  }
+  if (!p) return absl::NotFoundError(StrCat("no pool ", pool, " for this tenant"));
+  auto fd = Dup(p->exported.get());
+  if (!fd.ok()) return fd.status();
+  return FdGrant{std::move(*fd), FdKind::kCudaPool, p->device->capacity, p->device->info.uuid};
+}
+
+DeviceUsage CudaBackend::Usage(int device) const {
+  DeviceUsage u;
+  if (device < 0 || device >= static_cast<int>(devices_.size())) return u;
+  Device& d = *devices_[device];
+  u.capacity_bytes = d.capacity;
+  std::vector<cudaMemPool_t> pools;
+  {
+    absl::MutexLock lock(&d.mu);
+    for (const auto& [tenant, pool] : d.pools) pools.push_back(pool->pool);
+  }
+  cuda::ScopedDevice on(d.info.ordinal);
+  for (cudaMemPool_t p : pools) {
+    u.reserved_bytes += PoolAttribute(p, cudaMemPoolAttrReservedMemCurrent);
+    u.used_bytes += PoolAttribute(p, cudaMemPoolAttrUsedMemCurrent);
+  }
+  const uint64_t vmm = d.vmm_bytes.load();
+  u.reserved_bytes += vmm;
+  u.used_bytes += vmm;
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    u.free_bytes = free;
+  } else {
+    cudaGetLastError();
+  }
+  return u;
+}
+
+}  // namespace gpubroker
