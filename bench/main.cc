@@ -1,11 +1,13 @@
 // gpubroker-bench: the broker against raw baselines measured in the same run.
 //
-//   gpubroker-bench [--socket-dir DIR] [--iterations N] [--size BYTES] [--json]
+//   gpubroker-bench [--backend host|cuda] [--socket-dir DIR] [--iterations N]
+//                   [--size BYTES] [--json]
 //
 // Without --socket-dir it starts its own gpubrokerd (found beside itself) on a
-// temporary directory. Cases:
+// temporary directory. Host cases:
 //   allocate / release+free / allocate+free       vs bare gRPC echo
 //   allocate in A, open+map in B (cross-process)  vs 2 x echo + memfd hand-over
+// CUDA cases: see cuda_cases.cc.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
@@ -22,6 +24,9 @@
 #include <thread>
 
 #include "bench/baselines.h"
+#include "bench/daemon_process.h"
+#include "bench/options.h"
+#include "bench/report.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "gpubroker/client.hpp"
@@ -29,14 +34,6 @@
 
 namespace gpubroker::bench {
 namespace {
-
-struct Options {
-  std::string socket_dir;
-  int iterations = 2000;
-  int warmup = 200;
-  uint64_t size = 1 << 20;
-  bool json = false;
-};
 
 // B's side of the cross-process case: read an id, open it, touch it, answer;
 // then release it and say so (outside A's timing, so that no clean-up of one
@@ -54,36 +51,6 @@ int ServeOpen(const std::string& socket_dir, int fd) {
     if (::write(fd, &ack, 1) != 1) return 1;
     b.release();
     if (::write(fd, &ack, 1) != 1) return 1;
-  }
-}
-
-struct DaemonProcess {
-  pid_t pid = -1;
-  std::string dir;
-  ~DaemonProcess() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-      std::filesystem::remove_all(dir);
-    }
-  }
-};
-
-void StartDaemon(DaemonProcess& d, uint64_t pool_bytes) {
-  char tmpl[] = "/tmp/gpubroker-bench-XXXXXX";
-  d.dir = ::mkdtemp(tmpl);
-  const std::string daemon =
-      (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpubrokerd").string();
-  const std::string pool = std::to_string(pool_bytes);
-  d.pid = ::fork();
-  if (d.pid == 0) {
-    ::dup2(2, 1);  // its start line must not mix with our (JSON) output
-    ::execl(daemon.c_str(), daemon.c_str(), "--socket-dir", d.dir.c_str(), "--metrics-address", "",
-            "--log-level", "warn", "--host-pool-bytes", pool.c_str(), nullptr);
-    ::_exit(127);
-  }
-  for (int i = 0; i < 500 && !std::filesystem::exists(d.dir + "/gpubroker.sock"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
@@ -115,12 +82,14 @@ double RunShare(Client& client, Child& peer, uint64_t size) {
   return us;
 }
 
-int Run(const Options& o) {
-  DaemonProcess own;
+int RunHost(const Options& o) {
+  std::unique_ptr<DaemonProcess> own;
   std::string dir = o.socket_dir;
   if (dir.empty()) {
-    StartDaemon(own, std::max<uint64_t>(uint64_t{1} << 30, o.size * 16));
-    dir = own.dir;
+    own = std::make_unique<DaemonProcess>(std::vector<std::string>{
+        "--backend", "host", "--host-pool-bytes",
+        std::to_string(std::max<uint64_t>(uint64_t{1} << 30, o.size * 16))});
+    dir = own->dir();
   }
   auto client = Client::connect(dir, {"bench"});
   const std::string echo_path = dir + "/bench-echo.sock";
@@ -175,54 +144,16 @@ int Run(const Options& o) {
 
   const double echo = results[0].p50();
   const double handover = results[1].p50();
-  auto baseline = [&](const std::string& name) {
-    if (name == "grpc echo") return echo;
-    if (name == "2 x grpc echo") return 2 * echo;
-    if (name == "2 x grpc echo + hand-over") return 2 * echo + handover;
-    return 0.0;
-  };
-
-  utsname u{};
-  ::uname(&u);
-  if (o.json) {
-    nlohmann::json j;
-    j["backend"] = client.session().backend;
-    j["size_bytes"] = o.size;
-    j["iterations"] = o.iterations;
-    j["host"] = {{"kernel", u.release}, {"cpus", std::thread::hardware_concurrency()}};
-    for (const auto& s : results) {
-      nlohmann::json r = {
-          {"name", s.name}, {"p50_us", s.p50()}, {"p99_us", s.p99()}, {"n", s.us.size()}};
-      if (!s.baseline.empty()) {
-        r["baseline"] = s.baseline;
-        r["baseline_p50_us"] = baseline(s.baseline);
-        r["ratio_p50"] = s.p50() / baseline(s.baseline);
-      }
-      j["results"].push_back(r);
-    }
-    std::cout << j.dump(2) << "\n";
-    return 0;
-  }
-  std::printf(
-      "gpubroker-bench: backend %s, %s buffers, %d iterations (+%d warm-up), %u cpus, kernel "
-      "%s\n\n",
-      client.session().backend.c_str(), FormatBytes(o.size).c_str(), o.iterations, o.warmup,
-      std::thread::hardware_concurrency(), u.release);
-  std::printf("%-46s %10s %10s   %-28s %8s\n", "case", "p50 us", "p99 us", "baseline (p50 us)",
-              "ratio");
-  for (const auto& s : results) {
-    std::string base = "-";
-    std::string ratio = "-";
-    if (!s.baseline.empty()) {
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%s (%.1f)", s.baseline.c_str(), baseline(s.baseline));
-      base = buf;
-      std::snprintf(buf, sizeof(buf), "%.2fx", s.p50() / baseline(s.baseline));
-      ratio = buf;
-    }
-    std::printf("%-46s %10.1f %10.1f   %-28s %8s\n", s.name.c_str(), s.p50(), s.p99(), base.c_str(),
-                ratio.c_str());
-  }
+  results[2].baseline_us = echo;
+  results[3].baseline_us = echo;
+  results[4].baseline_us = 2 * echo;
+  results[5].baseline_us = 2 * echo + handover;
+  Report(
+      StrCat("gpubroker-bench: backend ", client.session().backend, ", ", FormatBytes(o.size),
+             " buffers, ", o.iterations, " iterations (+", o.warmup, " warm-up)"),
+      results, o.json,
+      {{"backend", client.session().backend}, {"size_bytes", o.size}, {"iterations", o.iterations}},
+      o.json_out);
   return 0;
 }
 
@@ -245,7 +176,11 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
         return argv[++i];
       };
-      if (a == "--socket-dir") {
+      if (a == "--backend") {
+        o.backend = value();
+      } else if (a == "--torch-script") {
+        o.torch_script = value();
+      } else if (a == "--socket-dir") {
         o.socket_dir = value();
       } else if (a == "--iterations") {
         o.iterations = std::stoi(value());
@@ -256,6 +191,8 @@ int main(int argc, char** argv) {
         if (!size.ok())
           throw std::invalid_argument(std::string(gpubroker::View(size.status().message())));
         o.size = *size;
+      } else if (a == "--json-out") {
+        o.json_out = value();
       } else if (a == "--json") {
         o.json = true;
       } else if (a == "--help" || a == "-h") {
@@ -267,7 +204,9 @@ int main(int argc, char** argv) {
         throw std::invalid_argument("unknown argument " + a);
       }
     }
-    return Run(o);
+    if (o.backend == "cuda") return RunCuda(o);
+    if (o.backend != "host") throw std::invalid_argument("--backend is host or cuda");
+    return RunHost(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubroker-bench: %s\n", e.what());
     return 1;

@@ -8,10 +8,11 @@
 
 namespace gpubroker::bench {
 
-/// Latencies of one case, in microseconds.
+/// Latencies of one case, in microseconds, and what it is compared with.
 struct Samples {
   std::string name;
-  std::string baseline;  // what it is compared with, if anything
+  std::string baseline;    // what it is compared with, if anything
+  double baseline_us = 0;  // that baseline's p50, filled in once measured
   std::vector<double> us;
 
   double Percentile(double p) const {

@@ -232,9 +232,10 @@ absl::Status Daemon::Start() {
 
   std::vector<std::string> devices;
   for (const auto& d : backend_->devices()) {
-    devices.push_back(StrCat(d.uuid, " \"", d.name, "\" ", FormatBytes(d.capacity_bytes), " of ",
-                             FormatBytes(d.total_bytes),
-                             d.compute_capability.empty() ? "" : StrCat(" cc ", d.compute_capability)));
+    devices.push_back(
+        StrCat(d.uuid, " \"", d.name, "\" ", FormatBytes(d.capacity_bytes), " of ",
+               FormatBytes(d.total_bytes),
+               d.compute_capability.empty() ? "" : StrCat(" cc ", d.compute_capability)));
   }
   std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, metrics %s\n", kVersion,
               std::string(backend_->name()).c_str(), backend_why_.c_str(),

@@ -100,16 +100,15 @@ void PrintStatus(const gpubroker::BrokerStatus& s) {
 }
 
 void PrintBuffers(const std::vector<gpubroker::BufferInfo>& buffers) {
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "SIZE", "DEVICE", "BACKING", "TENANT", "STATE", "LEASES", "KEEP", "TTL",
-       "TENSOR"}};
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "SIZE", "DEVICE", "BACKING",
+                                                 "TENANT", "STATE", "LEASES", "KEEP", "TTL",
+                                                 "TENSOR"}};
   const int64_t now = NowMs();
   for (const auto& b : buffers) {
     rows.push_back(
         {StrCat(b.id), b.name.empty() ? "-" : b.name, gpubroker::FormatBytes(b.size), b.device_uuid,
-         b.backing.empty() ? "-" : b.backing,
-         b.tenant, std::string(gpubroker::BufferStateName(b.state)), StrCat(b.leases),
-         b.keep ? "yes" : "no",
+         b.backing.empty() ? "-" : b.backing, b.tenant,
+         std::string(gpubroker::BufferStateName(b.state)), StrCat(b.leases), b.keep ? "yes" : "no",
          b.expires_unix_ms ? Duration(std::max<int64_t>(0, b.expires_unix_ms - now)) : "-",
          Tensor(b.tensor)});
   }

@@ -54,7 +54,8 @@ cudaEvent_t OpenEvent(const std::string& handle, int device) {
 
 class CudaMapping : public Mapping {
  public:
-  CudaMapping(int device, void* ptr, cudaEvent_t ready) : device_(device), ptr_(ptr), ready_(ready) {}
+  CudaMapping(int device, void* ptr, cudaEvent_t ready)
+      : device_(device), ptr_(ptr), ready_(ready) {}
   void* data() const override { return ptr_; }
 
   void RecordReady(void* stream) override {

@@ -23,8 +23,8 @@ namespace {
 template <typename F>
 absl::Status Load(const char* name, F* fn) {
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  const cudaError_t err = cudaGetDriverEntryPointByVersion(
-      name, reinterpret_cast<void**>(fn), 12000, cudaEnableDefault, &found);
+  const cudaError_t err = cudaGetDriverEntryPointByVersion(name, reinterpret_cast<void**>(fn),
+                                                           12000, cudaEnableDefault, &found);
   if (err != cudaSuccess) return RuntimeError(err, StrCat("cudaGetDriverEntryPoint(", name, ")"));
   if (found != cudaDriverEntryPointSuccess || *fn == nullptr) {
     return absl::FailedPreconditionError(StrCat("the CUDA driver has no ", name));

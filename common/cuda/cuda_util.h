@@ -6,8 +6,8 @@
 // NVIDIA driver), and device UUIDs.
 
 #include <cuda.h>
-#include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
 
 #include <string>
 #include <string_view>
@@ -21,12 +21,12 @@ namespace gpubroker::cuda {
 absl::Status RuntimeError(cudaError_t error, std::string_view what);
 
 /// Returns from the enclosing function with a status when a runtime call fails.
-#define GPUBROKER_CUDA_TRY(call)                                            \
-  do {                                                                      \
-    const cudaError_t _gpubroker_err = (call);                              \
-    if (_gpubroker_err != cudaSuccess) {                                    \
-      return ::gpubroker::cuda::RuntimeError(_gpubroker_err, #call);        \
-    }                                                                       \
+#define GPUBROKER_CUDA_TRY(call)                                     \
+  do {                                                               \
+    const cudaError_t _gpubroker_err = (call);                       \
+    if (_gpubroker_err != cudaSuccess) {                             \
+      return ::gpubroker::cuda::RuntimeError(_gpubroker_err, #call); \
+    }                                                                \
   } while (false)
 
 /// The driver entry points gpubroker uses (VMM and errors).

@@ -26,10 +26,10 @@ std::string GpuProblem() {
   return count.ok() ? "" : std::string(count.status().message());
 }
 
-#define SKIP_WITHOUT_GPU()                                        \
-  do {                                                            \
-    const std::string why = GpuProblem();                         \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why;   \
+#define SKIP_WITHOUT_GPU()                                      \
+  do {                                                          \
+    const std::string why = GpuProblem();                       \
+    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
   } while (false)
 
 nlohmann::json Status(Helper& h) { return nlohmann::json::parse(h.Ok("status")); }
@@ -252,7 +252,8 @@ TEST(Gpu, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {
   Daemon daemon({"--backend", "cuda"});
   ASSERT_TRUE(daemon.ok());
   std::vector<std::unique_ptr<Helper>> ring;
-  for (int i = 0; i < kProcesses; ++i) ring.push_back(std::make_unique<Helper>(daemon.socket_dir()));
+  for (int i = 0; i < kProcesses; ++i)
+    ring.push_back(std::make_unique<Helper>(daemon.socket_dir()));
   const uint64_t before = Device0(*ring[0])["used_bytes"];
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kProcesses; ++i) {

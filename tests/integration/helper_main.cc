@@ -74,7 +74,8 @@ std::string Churn(Client& client, int me, int ring, int cycles, const std::strin
     Buffer theirs = client.open("churn." + std::to_string(prev) + "." + std::to_string(k), oo);
     const int64_t bad =
         Check(theirs, static_cast<uint64_t>(prev * 100000 + k), theirs.size() - kAck);
-    if (bad >= 0) return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
+    if (bad >= 0)
+      return "err DATA_LOSS cycle " + std::to_string(k) + " byte " + std::to_string(bad);
     Poke(theirs, theirs.size() - 1, 0xa5);
 
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -183,8 +184,8 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
   if (cmd == "info") {
     need(2);
     const auto& i = buffer(w[1]).info();
-    return "ok backing=" + i.backing + " device=" + i.device_uuid + " size=" +
-           std::to_string(i.size) + " reserved=" + std::to_string(i.reserved_size);
+    return "ok backing=" + i.backing + " device=" + i.device_uuid +
+           " size=" + std::to_string(i.size) + " reserved=" + std::to_string(i.reserved_size);
   }
   if (cmd == "seal") {
     need(2);

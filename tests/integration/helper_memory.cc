@@ -48,7 +48,8 @@ struct Staging {
 Staging Stage(uint64_t seed) {
   static std::map<uint64_t, uint8_t*> patterns;
   static uint8_t* scratch = nullptr;
-  if (scratch == nullptr) Check(cudaMallocHost(reinterpret_cast<void**>(&scratch), kChunk), "cudaMallocHost");
+  if (scratch == nullptr)
+    Check(cudaMallocHost(reinterpret_cast<void**>(&scratch), kChunk), "cudaMallocHost");
   uint8_t*& pattern = patterns[seed];
   if (pattern == nullptr) {
     Check(cudaMallocHost(reinterpret_cast<void**>(&pattern), kChunk), "cudaMallocHost");
@@ -128,7 +129,8 @@ int64_t Check(Buffer& b, uint64_t seed, uint64_t length, bool stream_wait) {
   int64_t bad = -1;
   for (uint64_t off = 0; off < length && bad < 0; off += kChunk) {
     const uint64_t n = std::min(kChunk, length - off);
-    Check(cudaMemcpyAsync(s.scratch, src + off, n, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync D2H");
+    Check(cudaMemcpyAsync(s.scratch, src + off, n, cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync D2H");
     Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (std::memcmp(s.scratch, s.pattern, n) != 0) {
       for (uint64_t i = 0; i < n; ++i) {
@@ -177,7 +179,8 @@ void SlowFillAndSeal(Buffer& b, uint64_t seed, int delay_ms) {
   cudaStream_t stream = nullptr;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   Streams().push_back(stream);
-  Check(cudaLaunchHostFunc(stream, HostDelay, reinterpret_cast<void*>(static_cast<intptr_t>(delay_ms))),
+  Check(cudaLaunchHostFunc(stream, HostDelay,
+                           reinterpret_cast<void*>(static_cast<intptr_t>(delay_ms))),
         "cudaLaunchHostFunc");
   auto* dst = static_cast<uint8_t*>(b.data());
   for (uint64_t off = 0; off < b.size(); off += kChunk) {

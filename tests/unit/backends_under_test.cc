@@ -45,8 +45,8 @@ std::vector<BackendUnderTest> BackendsUnderTest() {
        true},
   };
 #ifdef GPUBROKER_HAVE_CUDA
-  out.push_back({"cuda_pool",
-                 [](std::string* why) { return MakeCuda(uint64_t{1} << 40, why); }, false});
+  out.push_back(
+      {"cuda_pool", [](std::string* why) { return MakeCuda(uint64_t{1} << 40, why); }, false});
   out.push_back({"cuda_vmm", [](std::string* why) { return MakeCuda(1, why); }, true});
 #else
   out.push_back({"cuda", [](std::string* why) -> std::unique_ptr<Backend> {

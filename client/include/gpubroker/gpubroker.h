@@ -146,10 +146,10 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buf
  * writes complete: the producer need not synchronize. Host backend: as seal.
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer,
-                                                             void* stream);
+                                                            void* stream);
 /** @brief Makes `stream` (a cudaStream_t) wait for the producer's sealed writes. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
-                                                                void* stream);
+                                                               void* stream);
 /**
  * @brief Unmaps, drops the lease (an owner's unkept buffer is also freed) and
  * destroys the handle, whatever the result. NULL is a no-op.

@@ -41,6 +41,7 @@ struct CudaBackend::Pool {
 namespace {
 
 constexpr uint64_t kPoolAlignment = 512;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -62,9 +63,12 @@ absl::StatusOr<UniqueFd> Dup(int fd) {
 // A buffer from a tenant's pool.
 class PoolBuffer final : public BackendBuffer {
  public:
-  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, void* ptr, uint64_t reserved,
-             ImportInfo info, EventPool::Event ready)
-      : pool_(std::move(pool)), ptr_(ptr), reserved_(reserved), info_(std::move(info)),
+  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, void* ptr, uint64_t reserved, ImportInfo info,
+             EventPool::Event ready)
+      : pool_(std::move(pool)),
+        ptr_(ptr),
+        reserved_(reserved),
+        info_(std::move(info)),
         ready_(std::move(ready)) {}
   ~PoolBuffer() override;
 
@@ -88,7 +92,11 @@ class VmmBuffer final : public BackendBuffer {
   VmmBuffer(CudaBackend::Device* device, const cuda::DriverApi* api,
             CUmemGenericAllocationHandle handle, UniqueFd fd, ImportInfo info,
             EventPool::Event ready)
-      : device_(device), api_(api), handle_(handle), fd_(std::move(fd)), info_(std::move(info)),
+      : device_(device),
+        api_(api),
+        handle_(handle),
+        fd_(std::move(fd)),
+        info_(std::move(info)),
         ready_(std::move(ready)) {}
   ~VmmBuffer() override;
 
@@ -151,8 +159,7 @@ absl::StatusOr<uint64_t> ParsePoolBytes(const std::string& spec, uint64_t device
   } else {
     auto parsed = ParseBytes(s);
     if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat("--pool-bytes: ", View(parsed.status().message())));
+      return absl::InvalidArgumentError(StrCat("--pool-bytes: ", View(parsed.status().message())));
     }
     bytes = *parsed;
   }
@@ -235,14 +242,16 @@ absl::StatusOr<std::shared_ptr<CudaBackend::Pool>> CudaBackend::PoolFor(Device& 
   props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = d.info.ordinal;
-  props.maxSize = d.capacity;
+  // The capacity is enforced by our own count; the pool's cap sits a little
+  // above it, so that its internal rounding never refuses what the count allows.
+  props.maxSize = RoundUp(d.capacity, 2 * kMiB) + 64 * kMiB;
   auto pool = std::make_shared<Pool>();
   pool->tenant = tenant;
   pool->device = &d;
   GPUBROKER_CUDA_TRY(cudaMemPoolCreate(&pool->pool, &props));
   int fd = -1;
-  const cudaError_t err = cudaMemPoolExportToShareableHandle(
-      &fd, pool->pool, cudaMemHandleTypePosixFileDescriptor, 0);
+  const cudaError_t err =
+      cudaMemPoolExportToShareableHandle(&fd, pool->pool, cudaMemHandleTypePosixFileDescriptor, 0);
   if (err != cudaSuccess) {
     cudaMemPoolDestroy(pool->pool);
     return cuda::RuntimeError(err, "cudaMemPoolExportToShareableHandle");
@@ -269,9 +278,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::Allocate(const Alloc
   const uint64_t before = d.used.fetch_add(estimate);
   if (before + estimate > d.capacity) {
     d.used -= estimate;
-    return absl::ResourceExhaustedError(StrCat(
-        "device ", d.info.uuid, " full: requested ", estimate, " bytes, ", before, " of ",
-        d.capacity, " in use, ", d.capacity > before ? d.capacity - before : 0, " free"));
+    return absl::ResourceExhaustedError(
+        StrCat("device ", d.info.uuid, " full: requested ", estimate, " bytes, ", before, " of ",
+               d.capacity, " in use, ", d.capacity > before ? d.capacity - before : 0, " free"));
   }
   auto buffer = UsesVmm(req.size, req.isolated) ? AllocateVmm(d, req) : AllocatePooled(d, req);
   if (!buffer.ok()) {
@@ -310,7 +319,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
       return cuda::RuntimeError(err, "cudaMallocFromPoolAsync");
     }
     const uint64_t used_after = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
-    reserved = used_after > used_before ? used_after - used_before : RoundUp(req.size, kPoolAlignment);
+    reserved =
+        used_after > used_before ? used_after - used_before : RoundUp(req.size, kPoolAlignment);
     err = cudaMemPoolExportPointer(&data, ptr);
     if (err != cudaSuccess) {
       cudaFreeAsync(ptr, d.stream);

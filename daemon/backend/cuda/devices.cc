@@ -55,9 +55,9 @@ absl::StatusOr<std::vector<CudaDevice>> DiscoverCudaDevices() {
                                    dev) == CUDA_SUCCESS) {
         d.vmm = v != 0;
       }
-      if (api.cuDeviceGetAttribute(
-              &v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) ==
-          CUDA_SUCCESS) {
+      if (api.cuDeviceGetAttribute(&v,
+                                   CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                   dev) == CUDA_SUCCESS) {
         d.vmm_posix_fd = v != 0;
       }
       if (d.vmm) {
@@ -107,7 +107,8 @@ absl::StatusOr<std::vector<CudaDevice>> SelectDevices(const std::vector<CudaDevi
     }
     if (match == nullptr) {
       std::string known;
-      for (const auto& d : all) StrAppend(&known, known.empty() ? "" : ", ", d.ordinal, "=", d.uuid);
+      for (const auto& d : all)
+        StrAppend(&known, known.empty() ? "" : ", ", d.ordinal, "=", d.uuid);
       return absl::InvalidArgumentError(
           StrCat("--devices: no GPU '", want, "' (visible: ", known, ")"));
     }

@@ -16,12 +16,12 @@ struct CudaDevice {
   uint64_t total_bytes = 0;
   int cc_major = 0;
   int cc_minor = 0;
-  bool memory_pools = false;        // cudaMallocAsync and pools
-  bool pool_posix_fd = false;       // pools exportable as POSIX fds
-  bool vmm = false;                 // cuMemCreate/cuMemMap
-  bool vmm_posix_fd = false;        // VMM handles exportable as POSIX fds
-  bool ipc_events = false;          // interprocess events
-  uint64_t vmm_granularity = 0;     // minimum VMM allocation granularity, bytes
+  bool memory_pools = false;     // cudaMallocAsync and pools
+  bool pool_posix_fd = false;    // pools exportable as POSIX fds
+  bool vmm = false;              // cuMemCreate/cuMemMap
+  bool vmm_posix_fd = false;     // VMM handles exportable as POSIX fds
+  bool ipc_events = false;       // interprocess events
+  uint64_t vmm_granularity = 0;  // minimum VMM allocation granularity, bytes
 
   /// Empty when the device can serve the CUDA backends; else what it lacks.
   std::string Lacks() const;

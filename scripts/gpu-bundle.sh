@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Packs what the GPU run needs (daemon, CLI, tests, helper, benchmark and the
+# libraries they load) into a folder that travels to a GPU machine, stripped
+# to fit. Usage: scripts/gpu-bundle.sh BUNDLER [BUILD_DIR] [OUT_DIR]
+#   BUNDLER: the device-bundle tool (gathers programs and their libraries)
+set -euo pipefail
+bundler=$1
+build=${2:-build}
+out=${3:-.device-bundle}
+"$bundler" "$out" "$build/bin" "$build/lib" bench/torch_mp_baseline.py scripts/gpu-run.sh
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2>/dev/null || true
+du -sh "$out"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the bundle that scripts/gpu-bundle.sh made:
+# the CUDA instances of the typed backend suites, the GPU integration tests,
+# and the CUDA benchmark. Logs and results go to $OUT (default ./gpu-results).
+set -uo pipefail
+bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+source "$bundle/env.sh"
+status=0
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch: none"
+} | tee "$out/machine.txt"
+
+echo "== typed backend suites on cuda-pool and cuda-vmm"
+gpubroker_unit_tests --gtest_filter='*cuda*' >"$out/unit-cuda.log" 2>&1 || status=1
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/unit-cuda.log" | sort | uniq -c | sed 's/^/  /'
+grep -E "^\[  FAILED  \]" "$out/unit-cuda.log" | head -20
+
+echo "== GPU integration tests"
+gpubroker_gpu_tests >"$out/gpu-tests.log" 2>&1 || status=1
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|\[   info   \]" "$out/gpu-tests.log"
+grep -E "Failure|Expected|Which is|got:" "$out/gpu-tests.log" | head -40
+
+echo "== benchmark"
+gpubroker-bench --backend cuda --iterations "${ITERATIONS:-200}" --warmup 20 \
+  --json-out "$out/bench-cuda.json" 2>"$out/bench-cuda.err" | tee "$out/bench-cuda.txt" || status=1
+tail -5 "$out/bench-cuda.err"
+exit $status
