@@ -68,7 +68,8 @@ struct Msg {
 };
 
 void Throw(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 void Throw(const absl::Status& s) {
@@ -174,8 +175,9 @@ std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterat
   std::string script = o.torch_script;
   if (script.empty()) {
     const auto here = std::filesystem::read_symlink("/proc/self/exe").parent_path();
-    for (const auto& c : {here / "torch_mp_baseline.py", here.parent_path() / "torch_mp_baseline.py",
-                          here.parent_path().parent_path() / "bench" / "torch_mp_baseline.py"}) {
+    for (const auto& c :
+         {here / "torch_mp_baseline.py", here.parent_path() / "torch_mp_baseline.py",
+          here.parent_path().parent_path() / "bench" / "torch_mp_baseline.py"}) {
       if (std::filesystem::exists(c)) script = c.string();
     }
   }
@@ -191,8 +193,9 @@ std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterat
   const auto brace = out.rfind("\n{");
   try {
     auto j = nlohmann::json::parse(brace == std::string::npos ? out : out.substr(brace + 1));
-    Samples s{StrCat("torch.multiprocessing hand-over ", FormatBytes(size), " (", j["torch"].get<std::string>(), ")"),
-              "", 0, j["us"].get<std::vector<double>>()};
+    Samples s{StrCat("torch.multiprocessing hand-over ", FormatBytes(size), " (",
+                     j["torch"].get<std::string>(), ")"),
+              "", 0, j["us"].get<std::vector<double> >()};
     return s;
   } catch (const std::exception&) {
     std::fprintf(stderr, "gpubroker-bench: torch baseline failed:\n%s\n", out.c_str());
@@ -372,16 +375,17 @@ int RunCuda(const Options& o) {
   auto bare_vmm_share = [&](uint64_t size, Samples& total, Samples& map) {
     CUmemAllocationProp prop = VmmProp();
     size_t granularity = 0;
-    Throw(api.Check(api.cuMemGetAllocationGranularity(&granularity, &prop,
-                                                      CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                    "cuMemGetAllocationGranularity"));
+    Throw(api.Check(
+        api.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity"));
     const uint64_t rounded = (size + granularity - 1) / granularity * granularity;
     CUmemGenericAllocationHandle h = 0;
     Throw(api.Check(api.cuMemCreate(&h, rounded, &prop, 0), "cuMemCreate"));
     const auto t0 = std::chrono::steady_clock::now();
     int fd = -1;
-    Throw(api.Check(api.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                    "cuMemExportToShareableHandle"));
+    Throw(api.Check(
+        api.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemExportToShareableHandle"));
     UniqueFd owned(fd);
     Msg m;
     m.op = kBareVmm;
@@ -428,11 +432,12 @@ int RunCuda(const Options& o) {
           broker_share(64 * kMiB, keep ? share64 : scratch[2], keep ? open64 : scratch[3]);
           break;
         case 3:
-          bare_pool_share(64 * kMiB, keep ? bare_pool_total : scratch[4], keep ? bare_pool_a : scratch[5],
-                          keep ? bare_pool_import : scratch[6]);
+          bare_pool_share(64 * kMiB, keep ? bare_pool_total : scratch[4],
+                          keep ? bare_pool_a : scratch[5], keep ? bare_pool_import : scratch[6]);
           break;
         case 4:
-          bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[7], keep ? bare_vmm64_map : scratch[8]);
+          bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[7],
+                         keep ? bare_vmm64_map : scratch[8]);
           break;
         case 5: {
           AllocateOptions ao;
@@ -502,11 +507,12 @@ int RunCuda(const Options& o) {
   cudaGetDeviceProperties(&prop, 0);
   int driver = 0;
   cudaDriverGetVersion(&driver);
-  Report(StrCat("gpubroker-bench: backend cuda on ", prop.name, " (driver API ", driver / 1000, ".",
-                (driver % 1000) / 10, "), ", n64, " iterations at 64 MiB (+", o.warmup, " warm-up)"),
-         results, o.json,
-         {{"backend", "cuda"}, {"device", prop.name}, {"driver_api", driver}, {"iterations", n64}},
-         o.json_out);
+  Report(
+      StrCat("gpubroker-bench: backend cuda on ", prop.name, " (driver API ", driver / 1000, ".",
+             (driver % 1000) / 10, "), ", n64, " iterations at 64 MiB (+", o.warmup, " warm-up)"),
+      results, o.json,
+      {{"backend", "cuda"}, {"device", prop.name}, {"driver_api", driver}, {"iterations", n64}},
+      o.json_out);
   cudaMemPoolDestroy(pool);
   return 0;
 }

@@ -169,6 +169,8 @@ int main(int argc, char** argv) {
       return ServeHandover(std::atoi(argv[2]));
     if (argc >= 4 && std::strcmp(argv[1], "--serve-open") == 0)
       return ServeOpen(argv[2], std::atoi(argv[3]));
+    if (argc >= 4 && std::strcmp(argv[1], "--serve-cuda-peer") == 0)
+      return ServeCudaPeer(argv[2], std::atoi(argv[3]));
     Options o;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];

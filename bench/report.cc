@@ -44,8 +44,8 @@ void Report(const std::string& title, const std::vector<Samples>& results, bool 
       std::snprintf(buf, sizeof(buf), "%.2fx", s.p50() / s.baseline_us);
       ratio = buf;
     }
-    std::printf("%-52s %10.1f %10.1f   %-38s %8s\n", s.name.c_str(), s.p50(), s.p99(),
-                base.c_str(), ratio.c_str());
+    std::printf("%-52s %10.1f %10.1f   %-38s %8s\n", s.name.c_str(), s.p50(), s.p99(), base.c_str(),
+                ratio.c_str());
   }
 }
 

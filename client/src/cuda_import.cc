@@ -1,11 +1,9 @@
 // Importing CUDA buffers into a client process: a pool once per process, a
-// pointer per buffer; a VMM allocation per buffer; ready events opened once
-// and cached by handle.
+// pointer per buffer; a VMM allocation per buffer; the ready fence, a word of
+// the buffer's own memory.
 #include <unistd.h>
 
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 #include "client/src/client_impl.h"
 #include "common/cuda/cuda_util.h"
@@ -34,45 +32,45 @@ const cuda::DriverApi& Driver() {
   return **api;
 }
 
-// Opened interprocess events, by handle. The daemon reuses its events from
-// buffer to buffer, so a handle seen once comes back; opening costs ~0.3 ms.
-cudaEvent_t OpenEvent(const std::string& handle, int device) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, cudaEvent_t> opened;
-  if (handle.size() != sizeof(cudaIpcEventHandle_t)) return nullptr;
-  std::lock_guard lock(mu);
-  if (auto it = opened.find(handle); it != opened.end()) return it->second;
-  cuda::ScopedDevice on(device);
-  if (!on.status().ok()) ThrowStatus(on.status());
-  cudaIpcEventHandle_t h;
-  std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
-  cudaEvent_t event = nullptr;
-  Check(cudaIpcOpenEventHandle(&event, h), "cudaIpcOpenEventHandle");
-  opened[handle] = event;
-  return event;
-}
-
 class CudaMapping : public Mapping {
  public:
-  CudaMapping(int device, void* ptr, cudaEvent_t ready)
-      : device_(device), ptr_(ptr), ready_(ready) {}
+  CudaMapping(int device, void* ptr, const v1::ImportDescriptor& import)
+      : device_(device),
+        ptr_(ptr),
+        fence_(reinterpret_cast<CUdeviceptr>(ptr) + import.fence_offset()),
+        fence_value_(import.fence_value()) {}
   void* data() const override { return ptr_; }
 
+  // The fence is a word of the buffer's own memory: the producer sets it in
+  // stream order after its writes; a consumer's stream waits until it holds
+  // the value. (The default write orders the producer's earlier writes before
+  // it, as a release would.)
   void RecordReady(void* stream) override {
-    if (ready_ == nullptr) return;
+    const cuda::DriverApi& api = Driver();
     cuda::ScopedDevice on(device_);
-    Check(cudaEventRecord(ready_, static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+    if (auto s = api.Check(api.cuStreamWriteValue64(static_cast<CUstream>(stream), fence_,
+                                                    fence_value_, CU_STREAM_WRITE_VALUE_DEFAULT),
+                           "cuStreamWriteValue64");
+        !s.ok()) {
+      ThrowStatus(s);
+    }
   }
   void WaitReady(void* stream) override {
-    if (ready_ == nullptr) return;
+    const cuda::DriverApi& api = Driver();
     cuda::ScopedDevice on(device_);
-    Check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ready_, 0), "cudaStreamWaitEvent");
+    if (auto s = api.Check(api.cuStreamWaitValue64(static_cast<CUstream>(stream), fence_,
+                                                   fence_value_, CU_STREAM_WAIT_VALUE_EQ),
+                           "cuStreamWaitValue64");
+        !s.ok()) {
+      ThrowStatus(s);
+    }
   }
 
  protected:
   const int device_;
   void* const ptr_;
-  cudaEvent_t const ready_;
+  const CUdeviceptr fence_;
+  const uint64_t fence_value_;
 };
 
 class PoolPointer final : public CudaMapping {
@@ -88,8 +86,8 @@ class PoolPointer final : public CudaMapping {
 
 class VmmView final : public CudaMapping {
  public:
-  VmmView(int device, CUdeviceptr ptr, size_t size, cudaEvent_t ready)
-      : CudaMapping(device, reinterpret_cast<void*>(ptr), ready), size_(size) {}
+  VmmView(int device, CUdeviceptr ptr, size_t size, const v1::ImportDescriptor& import)
+      : CudaMapping(device, reinterpret_cast<void*>(ptr), import), size_(size) {}
   ~VmmView() override {
     const cuda::DriverApi& api = Driver();
     cuda::ScopedDevice on(device_);
@@ -130,12 +128,7 @@ std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, const v1::ImportDescripto
   void* ptr = nullptr;
   Check(cudaMemPoolImportPointer(&ptr, static_cast<cudaMemPool_t>(pool), &data),
         "cudaMemPoolImportPointer");
-  try {
-    return std::make_unique<PoolPointer>(device, ptr, OpenEvent(import.ready_event(), device));
-  } catch (...) {
-    cudaFree(ptr);
-    throw;
-  }
+  return std::make_unique<PoolPointer>(device, ptr, import);
 }
 
 std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, const v1::ImportDescriptor& import) {
@@ -175,13 +168,7 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, const v1::ImportDescripto
     api.cuMemAddressFree(ptr, size);
     check(r, "cuMemSetAccess");
   }
-  try {
-    return std::make_unique<VmmView>(device, ptr, size, OpenEvent(import.ready_event(), device));
-  } catch (...) {
-    api.cuMemUnmap(ptr, size);
-    api.cuMemAddressFree(ptr, size);
-    throw;
-  }
+  return std::make_unique<VmmView>(device, ptr, size, import);
 }
 
 }  // namespace gpubroker::detail

@@ -52,6 +52,8 @@ absl::StatusOr<const DriverApi*> DriverApi::Get() {
     load("cuMemSetAccess", &api.cuMemSetAccess);
     load("cuMemGetAllocationGranularity", &api.cuMemGetAllocationGranularity);
     load("cuDeviceGetAttribute", &api.cuDeviceGetAttribute);
+    load("cuStreamWriteValue64", &api.cuStreamWriteValue64);
+    load("cuStreamWaitValue64", &api.cuStreamWaitValue64);
     load("cuGetErrorName", &api.cuGetErrorName);
     return s;
   }();

@@ -29,7 +29,8 @@ absl::Status RuntimeError(cudaError_t error, std::string_view what);
     }                                                                \
   } while (false)
 
-/// The driver entry points gpubroker uses (VMM and errors).
+/// The driver entry points gpubroker uses (VMM, stream memory operations for
+/// the ready fences, and errors).
 struct DriverApi {
   PFN_cuMemCreate_v10020 cuMemCreate = nullptr;
   PFN_cuMemRelease_v10020 cuMemRelease = nullptr;
@@ -42,6 +43,8 @@ struct DriverApi {
   PFN_cuMemSetAccess_v10020 cuMemSetAccess = nullptr;
   PFN_cuMemGetAllocationGranularity_v10020 cuMemGetAllocationGranularity = nullptr;
   PFN_cuDeviceGetAttribute_v2000 cuDeviceGetAttribute = nullptr;
+  PFN_cuStreamWriteValue64_v11070 cuStreamWriteValue64 = nullptr;
+  PFN_cuStreamWaitValue64_v11070 cuStreamWaitValue64 = nullptr;
   PFN_cuGetErrorName_v6000 cuGetErrorName = nullptr;
 
   /// Loads the entry points once (thread-safe). FAILED_PRECONDITION when the

@@ -26,8 +26,11 @@ struct ImportInfo {
   uint64_t offset = 0;
   uint64_t mapped_size = 0;
   std::string export_data;  // cuda-pool: cudaMemPoolPtrExportData
-  std::string ready_event;  // CUDA: cudaIpcEventHandle_t of the buffer's fence
   std::string device_uuid;
+  // CUDA: the ready fence, a word at fence_offset in the allocation that the
+  // producer sets to fence_value at seal (see broker.proto).
+  uint64_t fence_offset = 0;
+  uint64_t fence_value = 0;
 };
 
 /// What travels with a descriptor on session.sock.

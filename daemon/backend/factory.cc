@@ -1,6 +1,7 @@
 #include "daemon/backend/factory.h"
 
 #include "common/strings.h"
+#include "common/units.h"
 #include "daemon/backend/host_backend.h"
 #include "spdlog/spdlog.h"
 #ifdef GPUBROKER_HAVE_CUDA
@@ -28,6 +29,12 @@ absl::StatusOr<std::vector<CudaDevice>> UsableGpus(const DaemonOptions& options)
   std::vector<CudaDevice> usable;
   std::string refused;
   for (auto& d : *selected) {
+    spdlog::info(
+        "{} {} (cc {}, {}): pools {}, pool fds {}, VMM {}, VMM fds {}, stream memory ops {}, IPC "
+        "events {}, VMM granularity {}",
+        d.uuid, d.name, d.ComputeCapability(), FormatBytes(d.total_bytes), d.memory_pools,
+        d.pool_posix_fd, d.vmm, d.vmm_posix_fd, d.stream_mem_ops, d.ipc_events,
+        FormatBytes(d.vmm_granularity));
     const std::string lacks = d.Lacks();
     if (lacks.empty()) {
       usable.push_back(d);

@@ -79,7 +79,8 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_offset(info.offset);
   out->set_mapped_size(info.mapped_size);
   out->set_export_data(info.export_data);
-  out->set_ready_event(info.ready_event);
+  out->set_fence_offset(info.fence_offset);
+  out->set_fence_value(info.fence_value);
   out->set_device_uuid(info.device_uuid);
 }
 

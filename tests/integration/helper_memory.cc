@@ -91,6 +91,9 @@ void Fill(Buffer& b, uint64_t seed, uint64_t length) {
     std::vector<uint8_t> pattern(length);
     for (uint64_t i = 0; i < length; ++i) pattern[i] = PatternByte(i, seed);
     Check(cudaMemcpy(dst, pattern.data(), length, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    // A copy from pageable memory may return before it lands: the helper's
+    // commands are complete when they answer.
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return;
   }
   Staging s = Stage(seed);
@@ -98,6 +101,7 @@ void Fill(Buffer& b, uint64_t seed, uint64_t length) {
     Check(cudaMemcpy(dst + off, s.pattern, std::min(kChunk, length - off), cudaMemcpyHostToDevice),
           "cudaMemcpy H2D");
   }
+  Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 #endif
 }
 
@@ -157,6 +161,7 @@ void Poke(Buffer& b, uint64_t offset, uint8_t value) {
   DeviceOf(b);
   Check(cudaMemcpy(static_cast<uint8_t*>(b.data()) + offset, &value, 1, cudaMemcpyHostToDevice),
         "cudaMemcpy poke");
+  Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 #endif
 }
 

@@ -8,8 +8,8 @@
 
 #include "common/cuda/cuda_util.h"
 #include "common/strings.h"
+#include "common/token.h"
 #include "common/units.h"
-#include "daemon/backend/cuda/event_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
@@ -19,7 +19,6 @@ struct CudaBackend::Device {
   int index = 0;  // position in devices()
   uint64_t capacity = 0;
   cudaStream_t stream = nullptr;
-  std::unique_ptr<EventPool> events;
   // Bytes of live buffers (pool deltas and VMM sizes), for the capacity check.
   std::atomic<uint64_t> used{0};
   std::atomic<uint64_t> vmm_bytes{0};
@@ -42,8 +41,21 @@ namespace {
 
 constexpr uint64_t kPoolAlignment = 512;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kFenceBytes = 8;
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// The ready fence's word sits after the buffer's bytes, 8-byte aligned.
+uint64_t FenceOffset(uint64_t size) { return RoundUp(size, kFenceBytes); }
+uint64_t WithFence(uint64_t size) { return FenceOffset(size) + kFenceBytes; }
+
+// A value no stale word is likely to hold: the fence waits for equality.
+uint64_t FenceValue() {
+  const Token t = RandomToken();
+  uint64_t v = 0;
+  std::memcpy(&v, t.data(), sizeof(v));
+  return v | 1;  // never 0, the value of fresh memory
+}
 
 uint64_t PoolAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr) {
   cuuint64_t value = 0;
@@ -63,13 +75,8 @@ absl::StatusOr<UniqueFd> Dup(int fd) {
 // A buffer from a tenant's pool.
 class PoolBuffer final : public BackendBuffer {
  public:
-  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, void* ptr, uint64_t reserved, ImportInfo info,
-             EventPool::Event ready)
-      : pool_(std::move(pool)),
-        ptr_(ptr),
-        reserved_(reserved),
-        info_(std::move(info)),
-        ready_(std::move(ready)) {}
+  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, void* ptr, uint64_t reserved, ImportInfo info)
+      : pool_(std::move(pool)), ptr_(ptr), reserved_(reserved), info_(std::move(info)) {}
   ~PoolBuffer() override;
 
   uint64_t reserved_size() const override { return reserved_; }
@@ -83,21 +90,14 @@ class PoolBuffer final : public BackendBuffer {
   void* ptr_;
   uint64_t reserved_;
   ImportInfo info_;
-  EventPool::Event ready_;
 };
 
 // A VMM allocation with a POSIX fd of its own.
 class VmmBuffer final : public BackendBuffer {
  public:
   VmmBuffer(CudaBackend::Device* device, const cuda::DriverApi* api,
-            CUmemGenericAllocationHandle handle, UniqueFd fd, ImportInfo info,
-            EventPool::Event ready)
-      : device_(device),
-        api_(api),
-        handle_(handle),
-        fd_(std::move(fd)),
-        info_(std::move(info)),
-        ready_(std::move(ready)) {}
+            CUmemGenericAllocationHandle handle, UniqueFd fd, ImportInfo info)
+      : device_(device), api_(api), handle_(handle), fd_(std::move(fd)), info_(std::move(info)) {}
   ~VmmBuffer() override;
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
@@ -114,7 +114,6 @@ class VmmBuffer final : public BackendBuffer {
   CUmemGenericAllocationHandle handle_;
   UniqueFd fd_;
   ImportInfo info_;
-  EventPool::Event ready_;
 };
 
 }  // namespace
@@ -133,7 +132,6 @@ PoolBuffer::~PoolBuffer() {
     }
   }
   d.used -= reserved_;
-  d.events->Release(std::move(ready_));
 }
 
 VmmBuffer::~VmmBuffer() {
@@ -143,7 +141,6 @@ VmmBuffer::~VmmBuffer() {
   }
   device_->used -= info_.mapped_size;
   device_->vmm_bytes -= info_.mapped_size;
-  device_->events->Release(std::move(ready_));
 }
 
 absl::StatusOr<uint64_t> ParsePoolBytes(const std::string& spec, uint64_t device_bytes) {
@@ -188,7 +185,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     cuda::ScopedDevice on(d->info.ordinal);
     if (!on.status().ok()) return on.status();
     GPUBROKER_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
-    d->events = std::make_unique<EventPool>(d->info.ordinal);
     DeviceInfo info;
     info.uuid = d->info.uuid;
     info.name = d->info.name;
@@ -215,7 +211,6 @@ CudaBackend::~CudaBackend() {
       for (auto& [tenant, pool] : d->pools) cudaMemPoolDestroy(pool->pool);
       d->pools.clear();
     }
-    d->events.reset();
     if (d->stream != nullptr) cudaStreamDestroy(d->stream);
   }
 }
@@ -226,9 +221,9 @@ bool CudaBackend::UsesVmm(uint64_t size, bool isolated) const {
 
 uint64_t CudaBackend::RoundedSize(int device, uint64_t size, bool isolated) const {
   if (UsesVmm(size, isolated)) {
-    return RoundUp(size, std::max<uint64_t>(devices_[device]->info.vmm_granularity, 1));
+    return RoundUp(WithFence(size), std::max<uint64_t>(devices_[device]->info.vmm_granularity, 1));
   }
-  return RoundUp(size, kPoolAlignment);
+  return RoundUp(WithFence(size), kPoolAlignment);
 }
 
 absl::StatusOr<std::shared_ptr<CudaBackend::Pool>> CudaBackend::PoolFor(Device& d,
@@ -296,8 +291,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     Device& d, const AllocationRequest& req) {
   auto pool = PoolFor(d, req.tenant);
   if (!pool.ok()) return pool.status();
-  auto ready = d.events->Acquire();
-  if (!ready.ok()) return ready.status();
+  const uint64_t bytes = WithFence(req.size);
   void* ptr = nullptr;
   uint64_t reserved = 0;
   cudaMemPoolPtrExportData data{};
@@ -305,11 +299,10 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     absl::MutexLock lock(&(*pool)->mu);
     cuda::ScopedDevice on(d.info.ordinal);
     const uint64_t used_before = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
-    cudaError_t err = cudaMallocFromPoolAsync(&ptr, req.size, (*pool)->pool, d.stream);
+    cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, (*pool)->pool, d.stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      d.events->Release(std::move(*ready));
       if (err == cudaErrorMemoryAllocation) {
         return absl::ResourceExhaustedError(
             StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
@@ -319,13 +312,11 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
       return cuda::RuntimeError(err, "cudaMallocFromPoolAsync");
     }
     const uint64_t used_after = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
-    reserved =
-        used_after > used_before ? used_after - used_before : RoundUp(req.size, kPoolAlignment);
+    reserved = used_after > used_before ? used_after - used_before : RoundUp(bytes, kPoolAlignment);
     err = cudaMemPoolExportPointer(&data, ptr);
     if (err != cudaSuccess) {
       cudaFreeAsync(ptr, d.stream);
       cudaStreamSynchronize(d.stream);
-      d.events->Release(std::move(*ready));
       return cuda::RuntimeError(err, "cudaMemPoolExportPointer");
     }
   }
@@ -334,9 +325,10 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
   info.pool_id = (*pool)->id;
   info.mapped_size = reserved;
   info.export_data.assign(reinterpret_cast<const char*>(&data), sizeof(data));
-  info.ready_event = ready->handle;
   info.device_uuid = d.info.uuid;
-  return std::make_unique<PoolBuffer>(*pool, ptr, reserved, std::move(info), std::move(*ready));
+  info.fence_offset = FenceOffset(req.size);
+  info.fence_value = FenceValue();
+  return std::make_unique<PoolBuffer>(*pool, ptr, reserved, std::move(info));
 }
 
 absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
@@ -345,8 +337,6 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
   if (!api_or.ok()) return api_or.status();
   const cuda::DriverApi* api = *api_or;
   const uint64_t size = RoundedSize(d.index, req.size, true);
-  auto ready = d.events->Acquire();
-  if (!ready.ok()) return ready.status();
   cuda::ScopedDevice on(d.info.ordinal);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -355,7 +345,6 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle handle = 0;
   if (auto s = api->Check(api->cuMemCreate(&handle, size, &prop, 0), "cuMemCreate"); !s.ok()) {
-    d.events->Release(std::move(*ready));
     if (s.code() == absl::StatusCode::kResourceExhausted) {
       return absl::ResourceExhaustedError(
           StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
@@ -368,18 +357,17 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
                           "cuMemExportToShareableHandle");
       !s.ok()) {
     api->cuMemRelease(handle);
-    d.events->Release(std::move(*ready));
     return s;
   }
   ImportInfo info;
   info.kind = ImportKind::kCudaVmm;
   info.pool_id = 0;
   info.mapped_size = size;
-  info.ready_event = ready->handle;
   info.device_uuid = d.info.uuid;
+  info.fence_offset = FenceOffset(req.size);
+  info.fence_value = FenceValue();
   d.vmm_bytes += size;
-  return std::make_unique<VmmBuffer>(&d, api, handle, UniqueFd(fd), std::move(info),
-                                     std::move(*ready));
+  return std::make_unique<VmmBuffer>(&d, api, handle, UniqueFd(fd), std::move(info));
 }
 
 absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view tenant) {

@@ -11,7 +11,7 @@ std::string CudaDevice::Lacks() const {
   std::vector<std::string> missing;
   if (!memory_pools) missing.push_back("memory pools (cudaMallocAsync)");
   if (!pool_posix_fd) missing.push_back("POSIX-fd pool export");
-  if (!ipc_events) missing.push_back("IPC events");
+  if (!stream_mem_ops) missing.push_back("64-bit stream memory operations");
   if (!vmm) missing.push_back("virtual memory management");
   if (!vmm_posix_fd) missing.push_back("POSIX-fd VMM export");
   std::string out;
@@ -59,6 +59,10 @@ absl::StatusOr<std::vector<CudaDevice>> DiscoverCudaDevices() {
                                    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
                                    dev) == CUDA_SUCCESS) {
         d.vmm_posix_fd = v != 0;
+      }
+      if (api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) ==
+          CUDA_SUCCESS) {
+        d.stream_mem_ops = v != 0;
       }
       if (d.vmm) {
         CUmemAllocationProp p{};

@@ -20,7 +20,8 @@ struct CudaDevice {
   bool pool_posix_fd = false;    // pools exportable as POSIX fds
   bool vmm = false;              // cuMemCreate/cuMemMap
   bool vmm_posix_fd = false;     // VMM handles exportable as POSIX fds
-  bool ipc_events = false;       // interprocess events
+  bool ipc_events = false;       // interprocess events (reported; fences use memory ops)
+  bool stream_mem_ops = false;   // 64-bit cuStreamWriteValue/WaitValue (the ready fences)
   uint64_t vmm_granularity = 0;  // minimum VMM allocation granularity, bytes
 
   /// Empty when the device can serve the CUDA backends; else what it lacks.
