@@ -82,30 +82,42 @@ void ClientImpl::Throw(const grpc::Status& status) const {
   ThrowError(code, status.error_message());
 }
 
-std::shared_ptr<ImportedPool> ClientImpl::Pool(const v1::ImportDescriptor& import) {
+ImportedPool::~ImportedPool() {
+#ifdef GPUBROKER_HAVE_CUDA
+  if (cuda_fences != 0) UnmapCudaFencePage(cuda_fences, size, device_uuid);
+#endif
+}
+
+std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::string& device_uuid) {
   std::lock_guard lock(pools_mu_);
-  if (auto it = pools_.find(import.pool_id()); it != pools_.end()) return it->second;
+  if (auto it = pools_.find(pool_id); it != pools_.end()) return it->second;
   v1::FdRequest req;
-  req.set_pool_id(import.pool_id());
+  req.set_pool_id(pool_id);
   v1::FdGrant grant;
   auto pool = std::make_shared<ImportedPool>();
   UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
   pool->size = grant.size();
-  if (import.kind() == v1::IMPORT_KIND_CUDA_POOL) {
+  pool->device_uuid = device_uuid;
+  switch (grant.kind()) {
 #ifdef GPUBROKER_HAVE_CUDA
-    pool->cuda_pool = ImportCudaPool(std::move(fd), import.device_uuid());
+    case v1::FD_KIND_CUDA_POOL:
+      pool->cuda_pool = ImportCudaPool(std::move(fd), device_uuid);
+      break;
+    case v1::FD_KIND_CUDA_FENCES:
+      pool->cuda_fences = MapCudaFencePage(std::move(fd), device_uuid, grant.size());
+      break;
 #endif
-  } else {
-    pool->fd = std::move(fd);
+    default:
+      pool->fd = std::move(fd);
   }
-  pools_[import.pool_id()] = pool;
+  pools_[pool_id] = pool;
   return pool;
 }
 
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
   switch (import.kind()) {
     case v1::IMPORT_KIND_HOST_ARENA: {
-      auto pool = Pool(import);
+      auto pool = Pool(import.pool_id(), import.device_uuid());
       if (import.offset() + import.mapped_size() > pool->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its pool");
       }
@@ -119,13 +131,21 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
       return MapHost(fd.get(), 0, import.mapped_size());  // the mapping outlives the fd
     }
 #ifdef GPUBROKER_HAVE_CUDA
-    case v1::IMPORT_KIND_CUDA_POOL:
-      return MapCudaPoolBuffer(Pool(import)->cuda_pool, import);
+    case v1::IMPORT_KIND_CUDA_POOL: {
+      const uint64_t fences = import.fence_pool_id() != 0
+                                  ? Pool(import.fence_pool_id(), import.device_uuid())->cuda_fences
+                                  : 0;
+      return MapCudaPoolBuffer(Pool(import.pool_id(), import.device_uuid())->cuda_pool, fences,
+                               import);
+    }
     case v1::IMPORT_KIND_CUDA_VMM: {
+      const uint64_t fences = import.fence_pool_id() != 0
+                                  ? Pool(import.fence_pool_id(), import.device_uuid())->cuda_fences
+                                  : 0;
       v1::FdRequest req;
       req.set_buffer_id(id);
       v1::FdGrant grant;
-      return MapCudaVmmBuffer(session_channel_->RequestFd(std::move(req), &grant), import);
+      return MapCudaVmmBuffer(session_channel_->RequestFd(std::move(req), &grant), fences, import);
     }
 #else
     case v1::IMPORT_KIND_CUDA_POOL:

@@ -67,6 +67,9 @@ struct ImportedPool {
   UniqueFd fd;
   uint64_t size = 0;
   void* cuda_pool = nullptr;  // cudaMemPool_t
+  uint64_t cuda_fences = 0;   // device address of a mapped fence page
+  std::string device_uuid;
+  ~ImportedPool();
 };
 
 class ClientImpl {
@@ -89,7 +92,7 @@ class ClientImpl {
   [[noreturn]] void Throw(const grpc::Status& status) const;
 
  private:
-  std::shared_ptr<ImportedPool> Pool(const v1::ImportDescriptor& import);
+  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id, const std::string& device_uuid);
 
   std::string socket_dir_;
   ConnectOptions options_;
@@ -109,10 +112,16 @@ class ClientImpl {
 #ifdef GPUBROKER_HAVE_CUDA
 /// Imports a CUDA pool's descriptor (consumed) on the device with this UUID.
 void* ImportCudaPool(UniqueFd fd, const std::string& device_uuid);
-/// Maps a buffer of an imported pool.
-std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, const v1::ImportDescriptor& import);
+/// Maps a tenant's fence page (descriptor consumed); its device address.
+uint64_t MapCudaFencePage(UniqueFd fd, const std::string& device_uuid, uint64_t size);
+void UnmapCudaFencePage(uint64_t address, uint64_t size, const std::string& device_uuid);
+/// Maps a buffer of an imported pool. `fence_page`: the mapped page that holds
+/// its fence word, or 0 when the word is inside the buffer.
+std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,
+                                           const v1::ImportDescriptor& import);
 /// Imports, reserves, maps and opens access to a VMM buffer (descriptor consumed).
-std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, const v1::ImportDescriptor& import);
+std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
+                                          const v1::ImportDescriptor& import);
 #endif
 
 BufferInfo FromProto(const v1::BufferInfo& info);

@@ -34,10 +34,11 @@ const cuda::DriverApi& Driver() {
 
 class CudaMapping : public Mapping {
  public:
-  CudaMapping(int device, void* ptr, const v1::ImportDescriptor& import)
+  CudaMapping(int device, void* ptr, uint64_t fence_page, const v1::ImportDescriptor& import)
       : device_(device),
         ptr_(ptr),
-        fence_(reinterpret_cast<CUdeviceptr>(ptr) + import.fence_offset()),
+        fence_((fence_page != 0 ? fence_page : reinterpret_cast<CUdeviceptr>(ptr)) +
+               import.fence_offset()),
         fence_value_(import.fence_value()) {}
   void* data() const override { return ptr_; }
 
@@ -86,8 +87,9 @@ class PoolPointer final : public CudaMapping {
 
 class VmmView final : public CudaMapping {
  public:
-  VmmView(int device, CUdeviceptr ptr, size_t size, const v1::ImportDescriptor& import)
-      : CudaMapping(device, reinterpret_cast<void*>(ptr), import), size_(size) {}
+  VmmView(int device, CUdeviceptr ptr, size_t size, uint64_t fence_page,
+          const v1::ImportDescriptor& import)
+      : CudaMapping(device, reinterpret_cast<void*>(ptr), fence_page, import), size_(size) {}
   ~VmmView() override {
     const cuda::DriverApi& api = Driver();
     cuda::ScopedDevice on(device_);
@@ -116,7 +118,8 @@ void* ImportCudaPool(UniqueFd fd, const std::string& device_uuid) {
   return pool;  // fd closes here: the import holds the pool
 }
 
-std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, const v1::ImportDescriptor& import) {
+std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,
+                                           const v1::ImportDescriptor& import) {
   const int device = Ordinal(import.device_uuid());
   cuda::ScopedDevice on(device);
   if (!on.status().ok()) ThrowStatus(on.status());
@@ -128,15 +131,15 @@ std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, const v1::ImportDescripto
   void* ptr = nullptr;
   Check(cudaMemPoolImportPointer(&ptr, static_cast<cudaMemPool_t>(pool), &data),
         "cudaMemPoolImportPointer");
-  return std::make_unique<PoolPointer>(device, ptr, import);
+  return std::make_unique<PoolPointer>(device, ptr, fence_page, import);
 }
 
-std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, const v1::ImportDescriptor& import) {
+namespace {
+
+// Imports a VMM descriptor (consumed) and maps it, readable and writable by
+// `device`; the device address.
+CUdeviceptr MapVmm(UniqueFd fd, int device, size_t size) {
   const cuda::DriverApi& api = Driver();
-  const int device = Ordinal(import.device_uuid());
-  cuda::ScopedDevice on(device);
-  if (!on.status().ok()) ThrowStatus(on.status());
-  const size_t size = import.mapped_size();
   CUmemGenericAllocationHandle handle = 0;
   auto check = [&](CUresult r, const char* what) {
     if (auto s = api.Check(r, what); !s.ok()) ThrowStatus(s);
@@ -168,7 +171,36 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, const v1::ImportDescripto
     api.cuMemAddressFree(ptr, size);
     check(r, "cuMemSetAccess");
   }
-  return std::make_unique<VmmView>(device, ptr, size, import);
+  return ptr;
+}
+
+}  // namespace
+
+uint64_t MapCudaFencePage(UniqueFd fd, const std::string& device_uuid, uint64_t size) {
+  const int device = Ordinal(device_uuid);
+  cuda::ScopedDevice on(device);
+  if (!on.status().ok()) ThrowStatus(on.status());
+  return MapVmm(std::move(fd), device, size);
+}
+
+void UnmapCudaFencePage(uint64_t address, uint64_t size, const std::string& device_uuid) {
+  auto api = cuda::DriverApi::Get();
+  auto device = cuda::OrdinalOf(device_uuid);
+  if (!api.ok() || !device.ok()) return;
+  cuda::ScopedDevice on(*device);
+  if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  (*api)->cuMemUnmap(address, size);
+  (*api)->cuMemAddressFree(address, size);
+}
+
+std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
+                                          const v1::ImportDescriptor& import) {
+  const int device = Ordinal(import.device_uuid());
+  cuda::ScopedDevice on(device);
+  if (!on.status().ok()) ThrowStatus(on.status());
+  const size_t size = import.mapped_size();
+  const CUdeviceptr ptr = MapVmm(std::move(fd), device, size);
+  return std::make_unique<VmmView>(device, ptr, size, fence_page, import);
 }
 
 }  // namespace gpubroker::detail

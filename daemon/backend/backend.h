@@ -27,14 +27,16 @@ struct ImportInfo {
   uint64_t mapped_size = 0;
   std::string export_data;  // cuda-pool: cudaMemPoolPtrExportData
   std::string device_uuid;
-  // CUDA: the ready fence, a word at fence_offset in the allocation that the
-  // producer sets to fence_value at seal (see broker.proto).
+  // CUDA: the ready fence, a word that the producer sets to fence_value at
+  // seal (see broker.proto): at fence_offset in the fence page fence_pool_id,
+  // or, when that is 0, in the buffer itself.
+  uint64_t fence_pool_id = 0;
   uint64_t fence_offset = 0;
   uint64_t fence_value = 0;
 };
 
 /// What travels with a descriptor on session.sock.
-enum class FdKind { kHostArena, kHostBuffer, kCudaPool, kCudaVmm };
+enum class FdKind { kHostArena, kHostBuffer, kCudaPool, kCudaVmm, kCudaFences };
 
 struct FdGrant {
   UniqueFd fd;

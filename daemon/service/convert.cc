@@ -79,6 +79,7 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_offset(info.offset);
   out->set_mapped_size(info.mapped_size);
   out->set_export_data(info.export_data);
+  out->set_fence_pool_id(info.fence_pool_id);
   out->set_fence_offset(info.fence_offset);
   out->set_fence_value(info.fence_value);
   out->set_device_uuid(info.device_uuid);

@@ -27,6 +27,8 @@ v1::FdKind ToWire(FdKind kind) {
       return v1::FD_KIND_CUDA_POOL;
     case FdKind::kCudaVmm:
       return v1::FD_KIND_CUDA_VMM;
+    case FdKind::kCudaFences:
+      return v1::FD_KIND_CUDA_FENCES;
   }
   return v1::FD_KIND_UNSPECIFIED;
 }

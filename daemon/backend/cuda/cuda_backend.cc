@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "common/cuda/cuda_util.h"
 #include "common/strings.h"
@@ -22,8 +23,10 @@ struct CudaBackend::Device {
   // Bytes of live buffers (pool deltas and VMM sizes), for the capacity check.
   std::atomic<uint64_t> used{0};
   std::atomic<uint64_t> vmm_bytes{0};
+  std::atomic<uint64_t> fence_bytes{0};  // fence pages: reserved, not held by buffers
   absl::Mutex mu;
   std::map<std::string, std::shared_ptr<Pool>> pools ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::shared_ptr<FencePage>> fences ABSL_GUARDED_BY(mu);
 };
 
 struct CudaBackend::Pool {
@@ -35,6 +38,40 @@ struct CudaBackend::Pool {
   // Serializes this pool's allocations and frees, so that the change of the
   // pool's used memory around a call is that call's alone.
   absl::Mutex mu;
+};
+
+// One tenant's fence words on one device: a VMM allocation of 8-byte slots,
+// exported like a pool and imported once per client process.
+struct CudaBackend::FencePage {
+  PoolId id = 0;
+  std::string tenant;
+  Device* device = nullptr;
+  const cuda::DriverApi* api = nullptr;
+  CUmemGenericAllocationHandle handle = 0;
+  UniqueFd exported;
+  uint64_t size = 0;
+  absl::Mutex mu;
+  std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
+  uint32_t next_slot ABSL_GUARDED_BY(mu) = 0;
+
+  ~FencePage() {
+    exported.reset();
+    if (handle != 0) api->cuMemRelease(handle);
+  }
+  std::optional<uint32_t> Take() {
+    absl::MutexLock lock(&mu);
+    if (!free_slots.empty()) {
+      const uint32_t s = free_slots.back();
+      free_slots.pop_back();
+      return s;
+    }
+    if (uint64_t{next_slot} * 8 >= size) return std::nullopt;
+    return next_slot++;
+  }
+  void Give(uint32_t slot) {
+    absl::MutexLock lock(&mu);
+    free_slots.push_back(slot);
+  }
 };
 
 namespace {
@@ -75,8 +112,15 @@ absl::StatusOr<UniqueFd> Dup(int fd) {
 // A buffer from a tenant's pool.
 class PoolBuffer final : public BackendBuffer {
  public:
-  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, void* ptr, uint64_t reserved, ImportInfo info)
-      : pool_(std::move(pool)), ptr_(ptr), reserved_(reserved), info_(std::move(info)) {}
+  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool,
+             std::shared_ptr<CudaBackend::FencePage> fences, uint32_t slot, void* ptr,
+             uint64_t reserved, ImportInfo info)
+      : pool_(std::move(pool)),
+        fences_(std::move(fences)),
+        slot_(slot),
+        ptr_(ptr),
+        reserved_(reserved),
+        info_(std::move(info)) {}
   ~PoolBuffer() override;
 
   uint64_t reserved_size() const override { return reserved_; }
@@ -87,6 +131,8 @@ class PoolBuffer final : public BackendBuffer {
 
  private:
   std::shared_ptr<CudaBackend::Pool> pool_;
+  std::shared_ptr<CudaBackend::FencePage> fences_;
+  uint32_t slot_;
   void* ptr_;
   uint64_t reserved_;
   ImportInfo info_;
@@ -132,6 +178,7 @@ PoolBuffer::~PoolBuffer() {
     }
   }
   d.used -= reserved_;
+  fences_->Give(slot_);
 }
 
 VmmBuffer::~VmmBuffer() {
@@ -203,6 +250,7 @@ CudaBackend::~CudaBackend() {
   {
     absl::MutexLock lock(&mu_);
     pools_by_id_.clear();
+    fences_by_id_.clear();
   }
   for (auto& d : devices_) {
     cuda::ScopedDevice on(d->info.ordinal);
@@ -210,6 +258,7 @@ CudaBackend::~CudaBackend() {
       absl::MutexLock lock(&d->mu);
       for (auto& [tenant, pool] : d->pools) cudaMemPoolDestroy(pool->pool);
       d->pools.clear();
+      d->fences.clear();
     }
     if (d->stream != nullptr) cudaStreamDestroy(d->stream);
   }
@@ -223,7 +272,7 @@ uint64_t CudaBackend::RoundedSize(int device, uint64_t size, bool isolated) cons
   if (UsesVmm(size, isolated)) {
     return RoundUp(WithFence(size), std::max<uint64_t>(devices_[device]->info.vmm_granularity, 1));
   }
-  return RoundUp(WithFence(size), kPoolAlignment);
+  return RoundUp(size, kPoolAlignment);
 }
 
 absl::StatusOr<std::shared_ptr<CudaBackend::Pool>> CudaBackend::PoolFor(Device& d,
@@ -263,6 +312,48 @@ absl::StatusOr<std::shared_ptr<CudaBackend::Pool>> CudaBackend::PoolFor(Device& 
   return pool;
 }
 
+absl::StatusOr<std::shared_ptr<CudaBackend::FencePage>> CudaBackend::FencesFor(
+    Device& d, const std::string& tenant) {
+  absl::MutexLock lock(&d.mu);
+  if (auto it = d.fences.find(tenant); it != d.fences.end()) return it->second;
+  auto api = cuda::DriverApi::Get();
+  if (!api.ok()) return api.status();
+  cuda::ScopedDevice on(d.info.ordinal);
+  if (!on.status().ok()) return on.status();
+  auto page = std::make_shared<FencePage>();
+  page->tenant = tenant;
+  page->device = &d;
+  page->api = *api;
+  page->size = std::max<uint64_t>(d.info.vmm_granularity, 2 * kMiB);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = d.info.ordinal;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  if (auto s = page->api->Check(page->api->cuMemCreate(&page->handle, page->size, &prop, 0),
+                                "cuMemCreate (fence page)");
+      !s.ok()) {
+    page->handle = 0;
+    return s;
+  }
+  int fd = -1;
+  if (auto s = page->api->Check(page->api->cuMemExportToShareableHandle(
+                                    &fd, page->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                                "cuMemExportToShareableHandle (fence page)");
+      !s.ok()) {
+    return s;
+  }
+  page->exported.reset(fd);
+  {
+    absl::MutexLock ids(&mu_);
+    page->id = next_pool_id_++;
+    fences_by_id_[page->id] = page;
+  }
+  d.fences[tenant] = page;
+  d.fence_bytes += page->size;
+  return page;
+}
+
 absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::Allocate(const AllocationRequest& req) {
   if (req.device < 0 || req.device >= static_cast<int>(devices_.size())) {
     return absl::InvalidArgumentError(StrCat("no device ", req.device));
@@ -291,7 +382,15 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     Device& d, const AllocationRequest& req) {
   auto pool = PoolFor(d, req.tenant);
   if (!pool.ok()) return pool.status();
-  const uint64_t bytes = WithFence(req.size);
+  auto fences = FencesFor(d, req.tenant);
+  if (!fences.ok()) return fences.status();
+  const std::optional<uint32_t> slot = (*fences)->Take();
+  if (!slot) {
+    return absl::ResourceExhaustedError(StrCat("tenant '", req.tenant,
+                                               "' has too many live buffers on ", d.info.uuid,
+                                               " (no fence slot left)"));
+  }
+  const uint64_t bytes = req.size;
   void* ptr = nullptr;
   uint64_t reserved = 0;
   cudaMemPoolPtrExportData data{};
@@ -303,6 +402,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream);
     if (err != cudaSuccess) {
       cudaGetLastError();
+      (*fences)->Give(*slot);
       if (err == cudaErrorMemoryAllocation) {
         return absl::ResourceExhaustedError(
             StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
@@ -317,6 +417,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     if (err != cudaSuccess) {
       cudaFreeAsync(ptr, d.stream);
       cudaStreamSynchronize(d.stream);
+      (*fences)->Give(*slot);
       return cuda::RuntimeError(err, "cudaMemPoolExportPointer");
     }
   }
@@ -326,9 +427,10 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
   info.mapped_size = reserved;
   info.export_data.assign(reinterpret_cast<const char*>(&data), sizeof(data));
   info.device_uuid = d.info.uuid;
-  info.fence_offset = FenceOffset(req.size);
+  info.fence_pool_id = (*fences)->id;
+  info.fence_offset = uint64_t{*slot} * kFenceBytes;
   info.fence_value = FenceValue();
-  return std::make_unique<PoolBuffer>(*pool, ptr, reserved, std::move(info));
+  return std::make_unique<PoolBuffer>(*pool, *fences, *slot, ptr, reserved, std::move(info));
 }
 
 absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
@@ -372,10 +474,18 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
 
 absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view tenant) {
   std::shared_ptr<Pool> p;
+  std::shared_ptr<FencePage> fences;
   {
     absl::MutexLock lock(&mu_);
     auto it = pools_by_id_.find(pool);
     if (it != pools_by_id_.end() && it->second->tenant == tenant) p = it->second;
+    auto f = fences_by_id_.find(pool);
+    if (f != fences_by_id_.end() && f->second->tenant == tenant) fences = f->second;
+  }
+  if (fences) {
+    auto fd = Dup(fences->exported.get());
+    if (!fd.ok()) return fd.status();
+    return FdGrant{std::move(*fd), FdKind::kCudaFences, fences->size, fences->device->info.uuid};
   }
   if (!p) return absl::NotFoundError(StrCat("no pool ", pool, " for this tenant"));
   auto fd = Dup(p->exported.get());
@@ -399,7 +509,7 @@ DeviceUsage CudaBackend::Usage(int device) const {
     u.used_bytes += PoolAttribute(p, cudaMemPoolAttrUsedMemCurrent);
   }
   const uint64_t vmm = d.vmm_bytes.load();
-  u.reserved_bytes += vmm;
+  u.reserved_bytes += vmm + d.fence_bytes.load();
   u.used_bytes += vmm;
   size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) == cudaSuccess) {

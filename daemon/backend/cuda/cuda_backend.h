@@ -35,8 +35,14 @@ struct CudaBackendOptions {
 ///    alone, where a pool's fd exposes the whole pool). Exported once at
 ///    allocation; each opener gets a dup.
 ///
-/// Each buffer carries a ready fence: an interprocess event from a per-device
-/// pool, recorded by the producer at seal and waited on by consumers.
+/// Each buffer carries a ready fence: an 8-byte word that the producer sets at
+/// seal in stream order and consumers' streams wait for (stream memory
+/// operations). A VMM buffer's word sits after its bytes; a pool buffer's in a
+/// slot of its tenant's fence page, a small VMM allocation imported once like
+/// the pool (stream memory operations refuse pool memory: INVALID_VALUE on
+/// driver 580). Legacy IPC events were the plan, but they open only where both
+/// processes share /dev/shm objects of the creator's user: a root daemon's
+/// events failed in a client of another uid.
 ///
 /// Accounting is the pools' own: a buffer's reserved size is the growth of
 /// its pool's used memory (cudaMemPoolAttrUsedMemCurrent) that allocating it
@@ -58,11 +64,13 @@ class CudaBackend final : public Backend {
 
   struct Device;
   struct Pool;
+  struct FencePage;
 
  private:
   CudaBackend() = default;
   bool UsesVmm(uint64_t size, bool isolated) const;
   absl::StatusOr<std::shared_ptr<Pool>> PoolFor(Device& device, const std::string& tenant);
+  absl::StatusOr<std::shared_ptr<FencePage>> FencesFor(Device& device, const std::string& tenant);
   absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocatePooled(Device& device,
                                                                 const AllocationRequest& req);
   absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateVmm(Device& device,
@@ -75,6 +83,7 @@ class CudaBackend final : public Backend {
   mutable absl::Mutex mu_;
   PoolId next_pool_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<PoolId, std::shared_ptr<Pool>> pools_by_id_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PoolId, std::shared_ptr<FencePage>> fences_by_id_ ABSL_GUARDED_BY(mu_);
 };
 
 /// Parses --pool-bytes against a device: "90%" or a size; at most the device.
