@@ -3,6 +3,7 @@
 // Every test skips, saying why, where no GPU is usable.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -213,7 +214,7 @@ tenants:
   v1::SessionFrame hello;
   hello.mutable_hello()->set_protocol_version(1);
   ASSERT_TRUE(SendAll(fd->get(), EncodeFrame(hello)).ok());
-  int granted = 0;
+  std::vector<int> granted;  // FdKinds
   int refused = 0;
   FrameDecoder decoder;
   char buf[4096];
@@ -238,11 +239,14 @@ tenants:
     ASSERT_TRUE(SendAll(fd->get(), EncodeFrame(req)).ok());
     auto reply = read_frame();
     ASSERT_TRUE(reply.has_value());
-    if (reply->has_fd_grant()) ++granted;
+    if (reply->has_fd_grant()) granted.push_back(reply->fd_grant().kind());
     if (reply->has_error()) ++refused;
   }
-  EXPECT_EQ(granted, 1) << "a tenant may get its own pool (uid-0's) and no other";
-  EXPECT_EQ(refused, 7);
+  // Ids 1..4 are uid-0's pool and fence page, then blue's: only the first two come back.
+  std::sort(granted.begin(), granted.end());
+  EXPECT_EQ(granted, (std::vector<int>{v1::FD_KIND_CUDA_POOL, v1::FD_KIND_CUDA_FENCES}))
+      << "a tenant may get its own pool and fence page and nothing else";
+  EXPECT_EQ(refused, 6);
 }
 
 TEST(Gpu, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {
