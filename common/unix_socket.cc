@@ -133,6 +133,12 @@ absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<Uni
   return Received{static_cast<size_t>(n), n == 0};
 }
 
+absl::StatusOr<UniqueFd> DupFd(int fd) {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return ErrnoStatus("dup", errno);
+  return UniqueFd(copy);
+}
+
 absl::Status WaitReadable(int fd, std::chrono::milliseconds timeout) {
   pollfd p{fd, POLLIN, 0};
   auto deadline = std::chrono::steady_clock::now() + timeout;

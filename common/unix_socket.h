@@ -43,6 +43,9 @@ struct Received {
 /// appended to `fds`; with fds == nullptr the kernel drops them.
 absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<UniqueFd>* fds);
 
+/// A close-on-exec duplicate of `fd` (what a descriptor handed to a client is).
+absl::StatusOr<UniqueFd> DupFd(int fd);
+
 /// Waits until fd is readable. DEADLINE_EXCEEDED when the timeout passes.
 absl::Status WaitReadable(int fd, std::chrono::milliseconds timeout);
 

@@ -14,6 +14,7 @@
 
 #include "common/strings.h"
 #include "common/units.h"
+#include "common/unix_socket.h"
 #include "daemon/backend/range_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -120,9 +121,9 @@ class IsolatedBuffer final : public BackendBuffer {
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
   absl::StatusOr<FdGrant> ExportFd() override {
-    int copy = ::fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) return ErrnoError("dup");
-    return FdGrant{UniqueFd(copy), FdKind::kHostBuffer, info_.mapped_size, "host"};
+    auto copy = DupFd(fd_.get());
+    if (!copy.ok()) return copy.status();
+    return FdGrant{std::move(*copy), FdKind::kHostBuffer, info_.mapped_size, "host"};
   }
 
  private:
@@ -262,9 +263,9 @@ absl::StatusOr<FdGrant> HostBackend::ExportPool(PoolId pool, std::string_view te
     if (it != arenas_by_id_.end() && it->second->tenant == tenant) arena = it->second;
   }
   if (!arena) return absl::NotFoundError(StrCat("no pool ", pool, " for this tenant"));
-  int copy = ::fcntl(arena->fd.get(), F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return ErrnoError("dup");
-  return FdGrant{UniqueFd(copy), FdKind::kHostArena, arena->size, "host"};
+  auto copy = DupFd(arena->fd.get());
+  if (!copy.ok()) return copy.status();
+  return FdGrant{std::move(*copy), FdKind::kHostArena, arena->size, "host"};
 }
 
 DeviceUsage HostBackend::Usage(int /*device*/) const {

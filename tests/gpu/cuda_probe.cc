@@ -1,17 +1,17 @@
 // gpubroker-cuda-probe: what this GPU and driver allow, printed one line per
 // check. A diagnostic for the GPU machine, not a test.
 #include <cuda.h>
-#include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
 
-#define RT(call)                                                                 \
-  do {                                                                           \
-    cudaError_t e = (call);                                                      \
+#define RT(call)                                                                     \
+  do {                                                                               \
+    cudaError_t e = (call);                                                          \
     std::printf("%-70s %s\n", #call, e == cudaSuccess ? "ok" : cudaGetErrorName(e)); \
   } while (0)
 
@@ -119,7 +119,8 @@ SPIN:
   if (mod != nullptr) {
     std::printf("get write %s\n", Name(getfn(&fw, mod, "fence_write")));
     std::printf("get wait %s\n", Name(getfn(&fwait, mod, "fence_wait")));
-    for (auto [what, p] : {std::pair{"cudaMalloc", plain}, {"pool", pooled},
+    for (auto [what, p] : {std::pair{"cudaMalloc", plain},
+                           {"pool", pooled},
                            {"vmm", reinterpret_cast<void*>(vmm)}}) {
       CUdeviceptr addr = reinterpret_cast<CUdeviceptr>(p) + 1024;
       unsigned long long value = 77;
@@ -138,10 +139,11 @@ SPIN:
     auto write = Get<PFN_cuStreamWriteValue64_v11070>("cuStreamWriteValue64", version);
     auto wait = Get<PFN_cuStreamWaitValue64_v11070>("cuStreamWaitValue64", version);
     if (write == nullptr) continue;
-    for (auto [what, p] : {std::pair{"cudaMalloc", plain}, {"pool", pooled},
+    for (auto [what, p] : {std::pair{"cudaMalloc", plain},
+                           {"pool", pooled},
                            {"vmm", reinterpret_cast<void*>(vmm)}}) {
-      for (auto [sname, s] : {std::pair{"null stream", (CUstream) nullptr},
-                              {"created stream", (CUstream)stream}}) {
+      for (auto [sname, s] :
+           {std::pair{"null stream", (CUstream) nullptr}, {"created stream", (CUstream)stream}}) {
         const auto addr = reinterpret_cast<CUdeviceptr>(p) + 4096;
         CUresult r1 = write(s, addr, 42, CU_STREAM_WRITE_VALUE_DEFAULT);
         CUresult r2 = wait(s, addr, 42, CU_STREAM_WAIT_VALUE_EQ);

@@ -11,6 +11,7 @@
 #include "common/strings.h"
 #include "common/token.h"
 #include "common/units.h"
+#include "common/unix_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
@@ -103,12 +104,6 @@ uint64_t PoolAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr) {
   return static_cast<uint64_t>(value);
 }
 
-absl::StatusOr<UniqueFd> Dup(int fd) {
-  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return absl::InternalError(StrCat("dup: ", std::strerror(errno)));
-  return UniqueFd(copy);
-}
-
 // A buffer from a tenant's pool.
 class PoolBuffer final : public BackendBuffer {
  public:
@@ -149,7 +144,7 @@ class VmmBuffer final : public BackendBuffer {
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
   absl::StatusOr<FdGrant> ExportFd() override {
-    auto fd = Dup(fd_.get());
+    auto fd = DupFd(fd_.get());
     if (!fd.ok()) return fd.status();
     return FdGrant{std::move(*fd), FdKind::kCudaVmm, info_.mapped_size, info_.device_uuid};
   }
@@ -483,12 +478,12 @@ absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view te
     if (f != fences_by_id_.end() && f->second->tenant == tenant) fences = f->second;
   }
   if (fences) {
-    auto fd = Dup(fences->exported.get());
+    auto fd = DupFd(fences->exported.get());
     if (!fd.ok()) return fd.status();
     return FdGrant{std::move(*fd), FdKind::kCudaFences, fences->size, fences->device->info.uuid};
   }
   if (!p) return absl::NotFoundError(StrCat("no pool ", pool, " for this tenant"));
-  auto fd = Dup(p->exported.get());
+  auto fd = DupFd(p->exported.get());
   if (!fd.ok()) return fd.status();
   return FdGrant{std::move(*fd), FdKind::kCudaPool, p->device->capacity, p->device->info.uuid};
 }
