@@ -182,8 +182,9 @@ std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterat
     }
   }
   if (script.empty()) return std::nullopt;
-  const std::string cmd = StrCat("python3 ", script, " --size ", size, " --iterations ", iterations,
-                                 " --warmup ", std::max(10, o.warmup / 10), " 2>&1");
+  // A bound on it: a baseline that hangs must not take the run with it.
+  const std::string cmd = StrCat("timeout 300 python3 ", script, " --size ", size, " --iterations ",
+                                 iterations, " --warmup ", std::max(10, o.warmup / 10), " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return std::nullopt;
   std::string out;
@@ -461,6 +462,8 @@ int RunCuda(const Options& o) {
     }
   }
 
+  std::fprintf(stderr, "gpubroker-bench: 64 MiB cases done\n");
+
   // 1 GiB and 40 GiB: the share and its bare counterpart, alternating.
   struct Big {
     uint64_t size;
@@ -481,6 +484,7 @@ int RunCuda(const Options& o) {
     }
   }
 
+  std::fprintf(stderr, "gpubroker-bench: 1 GiB and 40 GiB cases done; torch baseline next\n");
   std::optional<Samples> torch = TorchBaseline(o, 64 * kMiB, std::max(50, o.iterations));
   if (torch) results.push_back(*torch);
 

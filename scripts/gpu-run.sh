@@ -25,7 +25,7 @@ grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|\[   info   \]" "$out/gpu-tests.log"
 grep -E "Failure|Expected|Which is|got:" "$out/gpu-tests.log" | head -40
 
 echo "== benchmark"
-gpubroker-bench --backend cuda --iterations "${ITERATIONS:-200}" --warmup 20 \
+timeout "${BENCH_TIMEOUT:-400}" gpubroker-bench --backend cuda --iterations "${ITERATIONS:-200}" --warmup 20 \
   --json-out "$out/bench-cuda.json" 2>"$out/bench-cuda.err" | tee "$out/bench-cuda.txt" || status=1
 tail -5 "$out/bench-cuda.err"
 exit $status

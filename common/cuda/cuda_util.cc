@@ -125,10 +125,12 @@ absl::StatusOr<int> OrdinalOf(std::string_view uuid) {
 
 ScopedDevice::ScopedDevice(int device) {
   if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-  if (previous_ != device) {
-    const cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) status_ = RuntimeError(err, "cudaSetDevice");
-  }
+  // Always set it, even when cudaGetDevice already says `device`: that answer
+  // can come from a thread on which no context is current yet, and the driver
+  // calls that follow (stream memory operations) need one (on the H200 a seal
+  // failed with CUDA_ERROR_INVALID_CONTEXT when this was skipped).
+  const cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) status_ = RuntimeError(err, "cudaSetDevice");
 }
 
 ScopedDevice::~ScopedDevice() {

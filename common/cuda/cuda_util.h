@@ -65,8 +65,8 @@ absl::StatusOr<int> DeviceCount();
 /// differ between processes under CUDA_VISIBLE_DEVICES; UUIDs do not).
 absl::StatusOr<int> OrdinalOf(std::string_view uuid);
 
-/// Makes `device` current for the calling thread, and restores the thread's
-/// previous device when it goes (so a library call leaves the caller's
+/// Makes `device` (and its primary context) current for the calling thread,
+/// and restores the thread's previous device when it goes (so a library call leaves the caller's
 /// current device as it was).
 class ScopedDevice {
  public:
