@@ -77,6 +77,25 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   return Scale(text, number, factor);
 }
 
+absl::StatusOr<SizeOrShare> ParseSizeOrShare(std::string_view text) {
+  const std::string_view t = Trim(text);
+  SizeOrShare out;
+  if (!t.empty() && t.back() == '%') {
+    double percent = 0;
+    if (!ParseDouble(t.substr(0, t.size() - 1), &percent) || percent <= 0 || percent > 100) {
+      return absl::InvalidArgumentError(StrCat("'", text, "' is not a share between 0% and 100%"));
+    }
+    out.share = percent / 100.0;
+    return out;
+  }
+  auto bytes = ParseBytes(t);
+  if (!bytes.ok() || *bytes == 0) {
+    return absl::InvalidArgumentError(StrCat("'", text, "' is not a size or a percentage"));
+  }
+  out.bytes = *bytes;
+  return out;
+}
+
 std::string FormatBytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double value = static_cast<double>(bytes);

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "client/src/client_impl.h"
 #include "gpubroker/client.hpp"
 #include "gpubroker/gpubroker.h"
 
@@ -151,16 +152,10 @@ gpubroker_status_t gpubroker_open(gpubroker_client_t* client, const char* name_o
   GPUBROKER_CHECK_ARG(client != nullptr && name_or_id != nullptr && out != nullptr);
   return Guard([&] {
     const auto options = ToOptions(o);
-    std::string_view key(name_or_id);
     gpubroker::BufferId id = 0;
-    bool all_digits = !key.empty();
-    for (char c : key) all_digits = all_digits && c >= '0' && c <= '9';
-    if (all_digits) {
-      id = std::strtoull(name_or_id, nullptr, 10);
-      *out = Wrap(client->client.open(id, options));
-    } else {
-      *out = Wrap(client->client.open(key, options));
-    }
+    *out = gpubroker::detail::ParseBufferId(name_or_id, &id)
+               ? Wrap(client->client.open(id, options))
+               : Wrap(client->client.open(std::string_view(name_or_id), options));
   });
 }
 

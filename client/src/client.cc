@@ -8,14 +8,12 @@
 #include "common/version.h"
 
 namespace gpubroker {
-namespace {
 
-// All digits: an id; names never start with a digit.
-bool LooksLikeId(std::string_view s, BufferId* id) {
+namespace detail {
+bool ParseBufferId(std::string_view s, BufferId* id) {
   return !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) && ParseInt(s, id);
 }
-
-}  // namespace
+}  // namespace detail
 
 const char* ClientVersion() { return kVersion; }
 
@@ -152,7 +150,7 @@ Buffer Client::open(std::string_view name_or_id, bool wait, std::chrono::millise
   options.wait = wait;
   options.timeout = timeout;
   BufferId id = 0;
-  if (LooksLikeId(name_or_id, &id)) return open(id, options);
+  if (detail::ParseBufferId(name_or_id, &id)) return open(id, options);
   return open(name_or_id, options);
 }
 
@@ -173,7 +171,7 @@ BufferInfo Client::Free(BufferId id, std::string_view name) {
 
 BufferInfo Client::free(std::string_view name_or_id) {
   BufferId id = 0;
-  if (LooksLikeId(name_or_id, &id)) return free(id);
+  if (detail::ParseBufferId(name_or_id, &id)) return free(id);
   return Free(0, name_or_id);
 }
 

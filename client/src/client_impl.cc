@@ -114,6 +114,11 @@ std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::stri
   return pool;
 }
 
+uint64_t ClientImpl::FencePage(const v1::ImportDescriptor& import) {
+  if (import.fence_pool_id() == 0) return 0;  // the word is inside the buffer
+  return Pool(import.fence_pool_id(), import.device_uuid())->cuda_fences;
+}
+
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
   switch (import.kind()) {
     case v1::IMPORT_KIND_HOST_ARENA: {
@@ -131,17 +136,11 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
       return MapHost(fd.get(), 0, import.mapped_size());  // the mapping outlives the fd
     }
 #ifdef GPUBROKER_HAVE_CUDA
-    case v1::IMPORT_KIND_CUDA_POOL: {
-      const uint64_t fences = import.fence_pool_id() != 0
-                                  ? Pool(import.fence_pool_id(), import.device_uuid())->cuda_fences
-                                  : 0;
-      return MapCudaPoolBuffer(Pool(import.pool_id(), import.device_uuid())->cuda_pool, fences,
-                               import);
-    }
+    case v1::IMPORT_KIND_CUDA_POOL:
+      return MapCudaPoolBuffer(Pool(import.pool_id(), import.device_uuid())->cuda_pool,
+                               FencePage(import), import);
     case v1::IMPORT_KIND_CUDA_VMM: {
-      const uint64_t fences = import.fence_pool_id() != 0
-                                  ? Pool(import.fence_pool_id(), import.device_uuid())->cuda_fences
-                                  : 0;
+      const uint64_t fences = FencePage(import);
       v1::FdRequest req;
       req.set_buffer_id(id);
       v1::FdGrant grant;

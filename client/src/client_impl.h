@@ -93,6 +93,9 @@ class ClientImpl {
 
  private:
   std::shared_ptr<ImportedPool> Pool(uint64_t pool_id, const std::string& device_uuid);
+  /// The mapped fence page that holds a CUDA buffer's fence word, or 0 when
+  /// the word is inside the buffer.
+  uint64_t FencePage(const v1::ImportDescriptor& import);
 
   std::string socket_dir_;
   ConnectOptions options_;
@@ -105,6 +108,10 @@ class ClientImpl {
   std::mutex pools_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<ImportedPool>> pools_;
 };
+
+/// True (and the id) when `name_or_id` is an id: all digits. Names never start
+/// with a digit, so nothing else reads as one.
+bool ParseBufferId(std::string_view name_or_id, BufferId* id);
 
 /// Throws the Error that matches an internal status.
 [[noreturn]] void ThrowStatus(const absl::Status& status);

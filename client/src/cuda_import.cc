@@ -1,6 +1,6 @@
 // Importing CUDA buffers into a client process: a pool once per process, a
-// pointer per buffer; a VMM allocation per buffer; the ready fence, a word of
-// the buffer's own memory.
+// pointer per buffer; a VMM allocation per buffer; the ready fence, a word in
+// the tenant's fence page or in the buffer itself.
 #include <unistd.h>
 
 #include <cstring>
@@ -32,6 +32,15 @@ const cuda::DriverApi& Driver() {
   return **api;
 }
 
+// Unmapping does not wait for kernels that still use the range: synchronize first.
+void UnmapVmm(int device, CUdeviceptr ptr, size_t size) {
+  const cuda::DriverApi& api = Driver();
+  cuda::ScopedDevice on(device);
+  if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  api.cuMemUnmap(ptr, size);
+  api.cuMemAddressFree(ptr, size);
+}
+
 class CudaMapping : public Mapping {
  public:
   CudaMapping(int device, void* ptr, uint64_t fence_page, const v1::ImportDescriptor& import)
@@ -42,10 +51,9 @@ class CudaMapping : public Mapping {
         fence_value_(import.fence_value()) {}
   void* data() const override { return ptr_; }
 
-  // The fence is a word of the buffer's own memory: the producer sets it in
-  // stream order after its writes; a consumer's stream waits until it holds
-  // the value. (The default write orders the producer's earlier writes before
-  // it, as a release would.)
+  // The fence is a word of device memory: the producer sets it in stream
+  // order after its writes; a consumer's stream waits until it holds the value. (The default write
+  // orders the producer's earlier writes before it, as a release would.)
   void RecordReady(void* stream) override {
     const cuda::DriverApi& api = Driver();
     cuda::ScopedDevice on(device_);
@@ -90,15 +98,7 @@ class VmmView final : public CudaMapping {
   VmmView(int device, CUdeviceptr ptr, size_t size, uint64_t fence_page,
           const v1::ImportDescriptor& import)
       : CudaMapping(device, reinterpret_cast<void*>(ptr), fence_page, import), size_(size) {}
-  ~VmmView() override {
-    const cuda::DriverApi& api = Driver();
-    cuda::ScopedDevice on(device_);
-    // Unmapping does not wait for kernels that still use the range.
-    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
-    const auto ptr = reinterpret_cast<CUdeviceptr>(ptr_);
-    api.cuMemUnmap(ptr, size_);
-    api.cuMemAddressFree(ptr, size_);
-  }
+  ~VmmView() override { UnmapVmm(device_, reinterpret_cast<CUdeviceptr>(ptr_), size_); }
 
  private:
   size_t size_;
@@ -184,13 +184,10 @@ uint64_t MapCudaFencePage(UniqueFd fd, const std::string& device_uuid, uint64_t 
 }
 
 void UnmapCudaFencePage(uint64_t address, uint64_t size, const std::string& device_uuid) {
-  auto api = cuda::DriverApi::Get();
+  // Called from a destructor: nothing to undo when CUDA never came up.
   auto device = cuda::OrdinalOf(device_uuid);
-  if (!api.ok() || !device.ok()) return;
-  cuda::ScopedDevice on(*device);
-  if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
-  (*api)->cuMemUnmap(address, size);
-  (*api)->cuMemAddressFree(address, size);
+  if (!device.ok() || !cuda::DriverApi::Get().ok()) return;
+  UnmapVmm(*device, address, size);
 }
 
 std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,

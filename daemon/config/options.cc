@@ -91,17 +91,9 @@ const std::vector<OptionSpec> kOptions = {
     {"pool-bytes", "GPUBROKER_POOL_BYTES", "pool_bytes", "SIZE|PERCENT", "90%",
      "What the broker may lend per GPU: bytes (64GiB) or a share of the device (90%).",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       const std::string_view t = Trim(v);
-       double percent = 0;
-       if (!t.empty() && t.back() == '%') {
-         if (!ParseDouble(t.substr(0, t.size() - 1), &percent) || percent <= 0 || percent > 100) {
-           return absl::InvalidArgumentError(
-               StrCat("'", v, "' is not a share between 0% and 100%"));
-         }
-       } else if (auto b = ParseBytes(t); !b.ok() || *b == 0) {
-         return absl::InvalidArgumentError(StrCat("'", v, "' is not a size or a percentage"));
-       }
-       return SetString(o.pool_bytes, t);
+       // Checked here; resolved against each device by the CUDA backend.
+       if (auto s = ParseSizeOrShare(v); !s.ok()) return s.status();
+       return SetString(o.pool_bytes, Trim(v));
      }},
     {"vmm-threshold", "GPUBROKER_VMM_THRESHOLD", "vmm_threshold", "SIZE", "2GiB",
      "GPU buffers this large or larger are VMM allocations (so are cross-tenant shares).",

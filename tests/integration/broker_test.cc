@@ -182,6 +182,18 @@ TEST(Broker, CliAllocListStatusFree) {
   EXPECT_EQ(run({"alloc", "0"}, &out), 1);
 }
 
+TEST(Broker, CAbiExampleRuns) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  ::setenv("GPUBROKER_SOCKET_DIR", daemon.socket_dir().c_str(), 1);
+  Process p = Process::Spawn({BinDir() + "/gpubroker-c-example"}, daemon.socket_dir() + "/c.err");
+  ::unsetenv("GPUBROKER_SOCKET_DIR");
+  p.CloseStdin();
+  const std::string line = p.ReadLine(10s).value_or("");
+  EXPECT_EQ(p.Wait(10s), 0);
+  EXPECT_NE(line.find("'c.example' on host: 4096 bytes, sealed=1"), std::string::npos) << line;
+}
+
 TEST(Broker, CppClientReportsTypedErrors) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());

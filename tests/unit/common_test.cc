@@ -113,6 +113,22 @@ TEST(Units, ParsesSizes) {
   EXPECT_FALSE(ParseBytes("17000000TiB").ok());
 }
 
+TEST(Units, ParsesSizesOrShares) {
+  auto share = ParseSizeOrShare(" 90% ");
+  ASSERT_TRUE(share.ok());
+  EXPECT_TRUE(share->is_share());
+  EXPECT_EQ(share->Of(1000), 900u);
+  auto bytes = ParseSizeOrShare("64GiB");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_FALSE(bytes->is_share());
+  EXPECT_EQ(bytes->Of(1), uint64_t{64} << 30);
+  EXPECT_FALSE(ParseSizeOrShare("0").ok());
+  EXPECT_FALSE(ParseSizeOrShare("0%").ok());
+  EXPECT_FALSE(ParseSizeOrShare("101%").ok());
+  EXPECT_FALSE(ParseSizeOrShare("lots").ok());
+  EXPECT_TRUE(ParseSizeOrShare("100%").ok());
+}
+
 TEST(Units, FormatsSizes) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(64u << 20), "64 MiB");

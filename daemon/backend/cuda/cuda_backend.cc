@@ -186,22 +186,11 @@ VmmBuffer::~VmmBuffer() {
 }
 
 absl::StatusOr<uint64_t> ParsePoolBytes(const std::string& spec, uint64_t device_bytes) {
-  uint64_t bytes = 0;
-  const std::string_view s = Trim(spec);
-  if (!s.empty() && s.back() == '%') {
-    double percent = 0;
-    if (!ParseDouble(s.substr(0, s.size() - 1), &percent) || percent <= 0 || percent > 100) {
-      return absl::InvalidArgumentError(
-          StrCat("--pool-bytes: '", spec, "' is not a share of the device between 0% and 100%"));
-    }
-    bytes = static_cast<uint64_t>(static_cast<double>(device_bytes) * percent / 100.0);
-  } else {
-    auto parsed = ParseBytes(s);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(StrCat("--pool-bytes: ", View(parsed.status().message())));
-    }
-    bytes = *parsed;
+  auto parsed = ParseSizeOrShare(spec);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(StrCat("--pool-bytes: ", View(parsed.status().message())));
   }
+  const uint64_t bytes = parsed->Of(device_bytes);
   if (bytes > device_bytes) {
     return absl::InvalidArgumentError(StrCat("--pool-bytes: ", FormatBytes(bytes),
                                              " is more than the device has (",
@@ -385,7 +374,6 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
                                                "' has too many live buffers on ", d.info.uuid,
                                                " (no fence slot left)"));
   }
-  const uint64_t bytes = req.size;
   void* ptr = nullptr;
   uint64_t reserved = 0;
   cudaMemPoolPtrExportData data{};
@@ -393,7 +381,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     absl::MutexLock lock(&(*pool)->mu);
     cuda::ScopedDevice on(d.info.ordinal);
     const uint64_t used_before = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
-    cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, (*pool)->pool, d.stream);
+    cudaError_t err = cudaMallocFromPoolAsync(&ptr, req.size, (*pool)->pool, d.stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -407,7 +395,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
       return cuda::RuntimeError(err, "cudaMallocFromPoolAsync");
     }
     const uint64_t used_after = PoolAttribute((*pool)->pool, cudaMemPoolAttrUsedMemCurrent);
-    reserved = used_after > used_before ? used_after - used_before : RoundUp(bytes, kPoolAlignment);
+    reserved =
+        used_after > used_before ? used_after - used_before : RoundUp(req.size, kPoolAlignment);
     err = cudaMemPoolExportPointer(&data, ptr);
     if (err != cudaSuccess) {
       cudaFreeAsync(ptr, d.stream);
