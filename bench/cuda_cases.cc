@@ -11,12 +11,17 @@
 
 #ifdef GPUBROKER_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -57,6 +62,7 @@ enum Op : uint32_t {
   kOpenWait = 5,    // data: name
   kRelease = 6,
   kQuit = 7,
+  kPing = 8,  // answered at once: the bare round trip between A and B
 };
 
 struct Msg {
@@ -182,8 +188,8 @@ std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterat
     }
   }
   if (script.empty()) return std::nullopt;
-  // A bound on it: a baseline that hangs must not take the run with it.
-  const std::string cmd = StrCat("timeout 300 python3 ", script, " --size ", size, " --iterations ",
+  // A bound on it, under the watchdog's: a baseline that hangs must not take the run with it.
+  const std::string cmd = StrCat("timeout 80 python3 ", script, " --size ", size, " --iterations ",
                                  iterations, " --warmup ", std::max(10, o.warmup / 10), " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return std::nullopt;
@@ -201,6 +207,61 @@ std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterat
   } catch (const std::exception&) {
     std::fprintf(stderr, "gpubroker-bench: torch baseline failed:\n%s\n", out.c_str());
     return std::nullopt;
+  }
+}
+
+// A stuck CUDA call or peer must not become a silent hang: the run says which
+// step made no progress for `limit` and ends, killing its children.
+class Watchdog {
+ public:
+  explicit Watchdog(std::chrono::seconds limit) : limit_(limit), thread_([this] { Watch(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Step(std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    step_ = std::move(what);
+    last_ = std::chrono::steady_clock::now();
+  }
+  void Guard(int pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.push_back(pid);
+  }
+
+ private:
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      if (done_ || std::chrono::steady_clock::now() - last_ < limit_) continue;
+      std::fprintf(stderr, "gpubroker-bench: no progress for %llds in: %s; giving up\n",
+                   static_cast<long long>(limit_.count()), step_.c_str());
+      for (int pid : pids_) ::kill(pid, SIGKILL);
+      std::_Exit(3);
+    }
+  }
+
+  const std::chrono::seconds limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::string step_ = "start";
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::vector<int> pids_;
+  std::thread thread_;  // last: starts once the rest is initialized
+};
+
+// What a finished section measured, on stderr, so that a run cut short keeps it.
+void PrintSection(const std::deque<Samples>& results) {
+  for (const auto& s : results) {
+    if (s.us.empty()) continue;
+    std::fprintf(stderr, "  %-62s p50 %10.1f us  p99 %10.1f us  n %zu\n", s.name.c_str(), s.p50(),
+                 s.p99(), s.us.size());
   }
 }
 
@@ -287,6 +348,8 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
       case kRelease:
         Release(state);
         break;
+      case kPing:
+        break;
       case kQuit:
         Release(state);
         return 0;
@@ -298,6 +361,8 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
 }
 
 int RunCuda(const Options& o) {
+  Watchdog watchdog(std::chrono::seconds(90));
+  watchdog.Step("cudaSetDevice and the daemon's start");
   Throw(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   Throw(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -313,6 +378,9 @@ int RunCuda(const Options& o) {
   Child echo_server = StartEchoServer(echo_path);
   EchoClient echo(echo_path);
   Peer peer = StartPeer(dir);
+  watchdog.Guard(peer.child.pid);
+  watchdog.Guard(echo_server.pid);
+  if (own) watchdog.Guard(own->pid());
 
   // A bare exportable pool of our own, imported by B once.
   cudaMemPoolProps props{};
@@ -323,6 +391,10 @@ int RunCuda(const Options& o) {
   props.maxSize = 4 * kGiB;
   cudaMemPool_t pool = nullptr;
   Throw(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
+  // Warm, as the broker's pools are (--pool-retain): freed memory stays mapped.
+  uint64_t retain = props.maxSize;
+  Throw(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &retain),
+        "cudaMemPoolSetAttribute");
   int pool_fd = -1;
   Throw(cudaMemPoolExportToShareableHandle(&pool_fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
         "cudaMemPoolExportToShareableHandle");
@@ -334,17 +406,22 @@ int RunCuda(const Options& o) {
   }
   const auto& api = Driver();
 
-  std::vector<Samples> results;
+  // A deque: the cases below hold references to their Samples while more are added.
+  std::deque<Samples> results;
   auto add = [&](std::string name) -> Samples& {
     results.push_back(Samples{std::move(name), "", 0, {}});
     return results.back();
   };
 
   // One broker share of `size`: Allocate + seal in A, Open + map in B, B writes.
-  auto broker_share = [&](uint64_t size, Samples& total, Samples& open) {
+  auto broker_share = [&](uint64_t size, Samples& total, Samples& open, Samples& allocate,
+                          Samples& seal) {
     const auto t0 = std::chrono::steady_clock::now();
     Buffer b = client.allocate(size);
+    allocate.us.push_back(ElapsedUs(t0));
+    const auto t1 = std::chrono::steady_clock::now();
     b.seal(stream);
+    seal.us.push_back(ElapsedUs(t1));
     Msg m;
     m.op = kBrokerOpen;
     m.a = b.id();
@@ -373,7 +450,7 @@ int RunCuda(const Options& o) {
     Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   };
   // The same with bare VMM: export in A (allocation untimed), import + map in B.
-  auto bare_vmm_share = [&](uint64_t size, Samples& total, Samples& map) {
+  auto bare_vmm_share = [&](uint64_t size, Samples& total, Samples& map, Samples& create) {
     CUmemAllocationProp prop = VmmProp();
     size_t granularity = 0;
     Throw(api.Check(
@@ -381,7 +458,9 @@ int RunCuda(const Options& o) {
         "cuMemGetAllocationGranularity"));
     const uint64_t rounded = (size + granularity - 1) / granularity * granularity;
     CUmemGenericAllocationHandle h = 0;
+    const auto tc = std::chrono::steady_clock::now();
     Throw(api.Check(api.cuMemCreate(&h, rounded, &prop, 0), "cuMemCreate"));
+    create.us.push_back(ElapsedUs(tc));
     const auto t0 = std::chrono::steady_clock::now();
     int fd = -1;
     Throw(api.Check(
@@ -404,20 +483,32 @@ int RunCuda(const Options& o) {
   Samples& alloc_s = add("broker Allocate 64 MiB");
   Samples& share64 = add("broker share 64 MiB: Allocate+seal in A, Open+map+write in B");
   Samples& open64 = add("  of which B's Open+map (64 MiB, sealed)");
+  Samples& alloc64 = add("  of which A's Allocate (and its own map)");
+  Samples& seal64 = add("  of which A's seal");
   Samples& bare_pool_total = add("bare pool: alloc+export in A, import+write in B, 64 MiB");
   Samples& bare_pool_a = add("  of which A's alloc+export (bare)");
   Samples& bare_pool_import = add("  of which B's import (bare)");
   Samples& bare_vmm64 = add("bare VMM: export in A, import+map+write in B, 64 MiB");
   Samples& bare_vmm64_map = add("  of which B's import+map (bare, 64 MiB)");
+  Samples& bare_vmm64_create = add("  and before it, cuMemCreate in A (untimed above)");
+  Samples& ping = add("A <-> B round trip (bare Unix socket)");
   Samples& seal_wait = add("seal + wait: A seals, B's Open(wait)+stream wait return");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6};
   const int n64 = o.iterations;
   for (int i = 0; i < o.warmup + n64; ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
-    Samples scratch[10];
+    Samples scratch[14];
     for (int c : order) {
+      static const char* const kCase[] = {"echo",
+                                          "Allocate 64 MiB",
+                                          "broker share 64 MiB",
+                                          "bare pool share",
+                                          "bare VMM share",
+                                          "seal + wait",
+                                          "ping"};
+      watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
           (keep ? echo_s : scratch[0]).us.push_back(echo.Run());
@@ -430,7 +521,8 @@ int RunCuda(const Options& o) {
           break;
         }
         case 2:
-          broker_share(64 * kMiB, keep ? share64 : scratch[2], keep ? open64 : scratch[3]);
+          broker_share(64 * kMiB, keep ? share64 : scratch[2], keep ? open64 : scratch[3],
+                       keep ? alloc64 : scratch[10], keep ? seal64 : scratch[11]);
           break;
         case 3:
           bare_pool_share(64 * kMiB, keep ? bare_pool_total : scratch[4],
@@ -438,7 +530,8 @@ int RunCuda(const Options& o) {
           break;
         case 4:
           bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[7],
-                         keep ? bare_vmm64_map : scratch[8]);
+                         keep ? bare_vmm64_map : scratch[8],
+                         keep ? bare_vmm64_create : scratch[12]);
           break;
         case 5: {
           AllocateOptions ao;
@@ -458,11 +551,20 @@ int RunCuda(const Options& o) {
           b.release();
           break;
         }
+        case 6: {
+          const auto t0 = std::chrono::steady_clock::now();
+          Msg m;
+          m.op = kPing;
+          Ask(peer.fd(), m);
+          (keep ? ping : scratch[13]).us.push_back(ElapsedUs(t0));
+          break;
+        }
       }
     }
   }
 
   std::fprintf(stderr, "gpubroker-bench: 64 MiB cases done\n");
+  PrintSection(results);
 
   // 1 GiB and 40 GiB: the share and its bare counterpart, alternating.
   struct Big {
@@ -474,17 +576,26 @@ int RunCuda(const Options& o) {
     const std::string s = FormatBytes(big.size);
     Samples& share = add(StrCat("broker share ", s, ": Allocate+seal in A, Open+map+write in B"));
     Samples& open = add(StrCat("  of which B's Open+map (", s, ")"));
+    Samples& allocate = add(StrCat("  of which A's Allocate (", s, ", and its own map)"));
+    Samples& seal = add(StrCat("  of which A's seal (", s, ")"));
     Samples& vmm = add(StrCat("bare VMM: export in A, import+map+write in B, ", s));
     Samples& vmm_map = add(StrCat("  of which B's import+map (bare, ", s, ")"));
+    Samples& vmm_create = add(StrCat("  and before it, cuMemCreate in A (", s, ", untimed above)"));
     for (int i = 0; i < 2 + big.iterations; ++i) {
-      Samples w[4];
+      Samples w[7];
       const bool keep = i >= 2;
-      broker_share(big.size, keep ? share : w[0], keep ? open : w[1]);
-      bare_vmm_share(big.size, keep ? vmm : w[2], keep ? vmm_map : w[3]);
+      watchdog.Step(StrCat(s, " iteration ", i, ": broker share"));
+      broker_share(big.size, keep ? share : w[0], keep ? open : w[1], keep ? allocate : w[4],
+                   keep ? seal : w[5]);
+      watchdog.Step(StrCat(s, " iteration ", i, ": bare VMM share"));
+      bare_vmm_share(big.size, keep ? vmm : w[2], keep ? vmm_map : w[3], keep ? vmm_create : w[6]);
     }
+    std::fprintf(stderr, "gpubroker-bench: %s cases done\n", s.c_str());
   }
+  PrintSection(results);
 
-  std::fprintf(stderr, "gpubroker-bench: 1 GiB and 40 GiB cases done; torch baseline next\n");
+  std::fprintf(stderr, "gpubroker-bench: torch baseline next\n");
+  watchdog.Step("torch.multiprocessing baseline");
   std::optional<Samples> torch = TorchBaseline(o, 64 * kMiB, std::max(50, o.iterations));
   if (torch) results.push_back(*torch);
 
@@ -511,10 +622,11 @@ int RunCuda(const Options& o) {
   cudaGetDeviceProperties(&prop, 0);
   int driver = 0;
   cudaDriverGetVersion(&driver);
+  watchdog.Step("report");
   Report(
       StrCat("gpubroker-bench: backend cuda on ", prop.name, " (driver API ", driver / 1000, ".",
              (driver % 1000) / 10, "), ", n64, " iterations at 64 MiB (+", o.warmup, " warm-up)"),
-      results, o.json,
+      std::vector<Samples>(results.begin(), results.end()), o.json,
       {{"backend", "cuda"}, {"device", prop.name}, {"driver_api", driver}, {"iterations", n64}},
       o.json_out);
   cudaMemPoolDestroy(pool);

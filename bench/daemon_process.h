@@ -14,6 +14,7 @@ class DaemonProcess {
   explicit DaemonProcess(const std::vector<std::string>& args);
   ~DaemonProcess();
   const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;

@@ -32,7 +32,7 @@ void Report(const std::string& title, const std::vector<Samples>& results, bool 
   }
   std::printf("%s, %u cpus, kernel %s\n\n", title.c_str(), std::thread::hardware_concurrency(),
               u.release);
-  std::printf("%-52s %10s %10s   %-38s %8s\n", "case", "p50 us", "p99 us", "baseline (p50 us)",
+  std::printf("%-64s %10s %10s   %-38s %8s\n", "case", "p50 us", "p99 us", "baseline (p50 us)",
               "ratio");
   for (const auto& s : results) {
     std::string base = "-";
@@ -44,7 +44,7 @@ void Report(const std::string& title, const std::vector<Samples>& results, bool 
       std::snprintf(buf, sizeof(buf), "%.2fx", s.p50() / s.baseline_us);
       ratio = buf;
     }
-    std::printf("%-52s %10.1f %10.1f   %-38s %8s\n", s.name.c_str(), s.p50(), s.p99(), base.c_str(),
+    std::printf("%-64s %10.1f %10.1f   %-38s %8s\n", s.name.c_str(), s.p50(), s.p99(), base.c_str(),
                 ratio.c_str());
   }
 }

@@ -167,7 +167,7 @@ absl::Status Daemon::StartGrpc() {
   facts.socket_dir = options_.socket_dir;
   facts.metrics_address = metrics_bound_;
   facts.started_unix_ms = absl::ToUnixMillis(absl::Now());
-  service_ = std::make_unique<BrokerService>(*registry_, metrics_.get(), facts);
+  service_ = std::make_unique<BrokerService>(*calls_, facts);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -222,7 +222,8 @@ absl::Status Daemon::Start() {
   if (auto s = SetSocketOwner(session_path_, options_.socket_group); !s.ok()) return s;
   SessionServer::Options session_options;
   session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
-  sessions_ = std::make_unique<SessionServer>(*registry_, metrics_.get(), session_options);
+  calls_ = std::make_unique<BrokerCalls>(*registry_, metrics_.get());
+  sessions_ = std::make_unique<SessionServer>(*calls_, session_options);
 
   if (auto s = StartGrpc(); !s.ok()) return s;
   if (auto s = sessions_->Start(std::move(*listener)); !s.ok()) return s;
@@ -294,6 +295,7 @@ void Daemon::Shutdown() {
   server_.reset();
   service_.reset();
   sessions_.reset();
+  calls_.reset();
   if (lock_fd_) {
     ::unlink(session_path_.c_str());
     ::unlink(grpc_path_.c_str());

@@ -23,6 +23,7 @@ class Registry;
 class Metrics;
 class SessionServer;
 class BrokerService;
+class BrokerCalls;
 
 /// gpubrokerd's parts, wired together: backend, registry, session socket,
 /// gRPC service, metrics, TTL reaper.
@@ -59,6 +60,7 @@ class Daemon {
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<BrokerCalls> calls_;  // used by both of the next two
   std::unique_ptr<SessionServer> sessions_;
   std::unique_ptr<BrokerService> service_;
   std::unique_ptr<grpc::Server> server_;

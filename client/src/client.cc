@@ -50,6 +50,13 @@ void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
+  v1::Call call;
+  call.mutable_seal()->set_id(info_.id);
+  v1::Reply reply;
+  if (impl_->Call(std::move(call), &reply)) {
+    info_ = detail::FromProto(reply.seal().buffer());
+    return;
+  }
   grpc::ClientContext ctx;
   impl_->Prepare(ctx);
   v1::SealRequest req;
@@ -73,15 +80,16 @@ void Buffer::Reset(bool report_errors) {
   // else as soon as the last lease is gone.
   mapping_.reset();
   auto impl = std::move(impl_);
-  grpc::ClientContext ctx;
-  impl->Prepare(ctx);
-  v1::ReleaseRequest req;
-  req.set_id(info_.id);
-  req.set_free(owner_ && !info_.keep);
-  v1::ReleaseResponse resp;
-  grpc::Status s = impl->stub().Release(&ctx, req, &resp);
-  // A daemon that is gone has already dropped the lease with the session.
-  if (!s.ok() && report_errors) impl->Throw(s);
+  v1::Call call;
+  call.mutable_release()->set_id(info_.id);
+  call.mutable_release()->set_free(owner_ && !info_.keep);
+  v1::Reply reply;
+  try {
+    impl->Call(std::move(call), &reply);  // always fits in a frame
+  } catch (const Error&) {
+    // A daemon that is gone has already dropped the lease with the session.
+    if (report_errors) throw;
+  }
 }
 
 // Client ---------------------------------------------------------------------
@@ -102,11 +110,18 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   req.set_keep(options.keep);
   req.set_ttl_ms(static_cast<uint64_t>(options.ttl.count()));
   for (const auto& t : options.share_with) req.add_share_with(t);
-  grpc::ClientContext ctx;
-  impl_->Prepare(ctx);
   v1::AllocateResponse resp;
-  grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);
-  if (!s.ok()) impl_->Throw(s);
+  v1::Call call;
+  *call.mutable_allocate() = req;
+  v1::Reply reply;
+  if (impl_->Call(std::move(call), &reply)) {
+    resp = std::move(*reply.mutable_allocate());
+  } else {  // a request too large for a session frame
+    grpc::ClientContext ctx;
+    impl_->Prepare(ctx);
+    grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);
+    if (!s.ok()) impl_->Throw(s);
+  }
   BufferInfo info = detail::FromProto(resp.buffer());
   // From here on the lease is ours: hand it to a Buffer before mapping, so
   // that a failed mapping still releases it.
@@ -125,11 +140,19 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
   req.set_wait(options.wait);
   req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
   req.set_allow_unsealed(options.allow_unsealed);
-  grpc::ClientContext ctx;
-  impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
   v1::OpenResponse resp;
-  grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
-  if (!s.ok()) impl_->Throw(s);
+  v1::Call call;
+  v1::Reply reply;
+  if (!options.wait) *call.mutable_open() = req;
+  // A waiting Open goes through gRPC: it must not hold up the session's connection.
+  if (!options.wait && impl_->Call(std::move(call), &reply)) {
+    resp = std::move(*reply.mutable_open());
+  } else {
+    grpc::ClientContext ctx;
+    impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
+    grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
+    if (!s.ok()) impl_->Throw(s);
+  }
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);

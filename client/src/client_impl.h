@@ -45,11 +45,20 @@ class SessionChannel {
   /// daemon's refusal as an Error.
   UniqueFd RequestFd(v1::FdRequest request, v1::FdGrant* grant);
 
+  /// Makes one broker call on the session's connection and waits for its
+  /// Reply. Throws the daemon's refusal as an Error. False, with nothing sent,
+  /// when the call does not fit in one frame (the caller uses gRPC instead).
+  bool Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout);
+
   /// Tells the daemon that this session ends on purpose ("closed", not "died").
   void SayGoodbye() noexcept;
 
  private:
   v1::SessionFrame ReadFrame(std::chrono::milliseconds timeout, UniqueFd* fd);
+  /// Sends `frame` (locked) and reads until the answer to `id` comes:
+  /// returns it, or throws the ErrorFrame or Goodbye that came instead.
+  v1::SessionFrame Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
+                            std::chrono::milliseconds timeout);
 
   std::mutex mu_;
   UniqueFd fd_;
@@ -78,6 +87,10 @@ class ClientImpl {
   ~ClientImpl();
 
   v1::Broker::Stub& stub() { return *stub_; }
+  /// One data-path call on the session's connection, bounded by the call timeout.
+  bool Call(v1::Call call, v1::Reply* reply) {
+    return session_channel_->Call(std::move(call), reply, options_.call_timeout);
+  }
   /// Token metadata and deadline for a call (`extra` on top of the call timeout).
   void Prepare(grpc::ClientContext& ctx,
                std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;

@@ -75,18 +75,15 @@ v1::SessionFrame SessionChannel::ReadFrame(std::chrono::milliseconds timeout, Un
   }
 }
 
-UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
-  std::lock_guard lock(mu_);
-  const uint64_t id = next_request_id_++;
-  request.set_request_id(id);
-  v1::SessionFrame frame;
-  *frame.mutable_fd_request() = std::move(request);
-  if (auto s = SendAll(fd_.get(), EncodeFrame(frame)); !s.ok()) {
+v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
+                                          std::chrono::milliseconds timeout) {
+  if (!fd_) ThrowError(ErrorCode::kUnavailable, "the session is closed");
+  if (auto s = SendAll(fd_.get(), frame); !s.ok()) {
     ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
   }
   for (;;) {
-    UniqueFd fd;
-    v1::SessionFrame reply = ReadFrame(timeout_, &fd);
+    UniqueFd got;
+    v1::SessionFrame reply = ReadFrame(timeout, &got);
     if (reply.has_goodbye()) {
       ThrowError(ErrorCode::kUnavailable,
                  StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
@@ -94,12 +91,42 @@ UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
     if (reply.has_error() && reply.error().request_id() == id) {
       ThrowError(static_cast<ErrorCode>(reply.error().code()), reply.error().message());
     }
-    if (reply.has_fd_grant() && reply.fd_grant().request_id() == id) {
-      if (grant != nullptr) *grant = reply.fd_grant();
-      return fd;
+    const bool ours = (reply.has_fd_grant() && reply.fd_grant().request_id() == id) ||
+                      (reply.has_reply() && reply.reply().request_id() == id);
+    if (ours) {
+      if (fd != nullptr) *fd = std::move(got);
+      return reply;
     }
     // Anything else answers an earlier request that gave up; skip it.
   }
+}
+
+UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_request_id_++;
+  request.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_fd_request() = std::move(request);
+  UniqueFd fd;
+  v1::SessionFrame reply = Exchange(EncodeFrame(frame), id, &fd, timeout_);
+  if (!reply.has_fd_grant())
+    ThrowError(ErrorCode::kInternal, "session.sock: FdRequest answered with a Reply");
+  if (grant != nullptr) *grant = reply.fd_grant();
+  return fd;
+}
+
+bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_request_id_++;
+  call.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_call() = std::move(call);
+  if (frame.ByteSizeLong() > kMaxFrameBytes) return false;
+  v1::SessionFrame answer = Exchange(EncodeFrame(frame), id, nullptr, timeout);
+  if (!answer.has_reply())
+    ThrowError(ErrorCode::kInternal, "session.sock: Call answered with an FdGrant");
+  *reply = std::move(*answer.mutable_reply());
+  return true;
 }
 
 void SessionChannel::SayGoodbye() noexcept {

@@ -68,6 +68,7 @@ absl::StatusOr<BackendChoice> CreateBackend(const DaemonOptions& options) {
   CudaBackendOptions cuda;
   cuda.pool_bytes = options.pool_bytes;
   cuda.vmm_threshold = options.vmm_threshold;
+  cuda.pool_retain = options.pool_retain;
   const size_t n = gpus->size();
   auto backend = CudaBackend::Create(std::move(*gpus), cuda);
   if (!backend.ok()) {

@@ -103,6 +103,15 @@ const std::vector<OptionSpec> kOptions = {
        o.vmm_threshold = *bytes;
        return absl::OkStatus();
      }},
+    {"pool-retain", "GPUBROKER_POOL_RETAIN", "pool_retain", "SIZE", "2GiB",
+     "Freed memory each tenant's GPU pool keeps mapped for its next allocations (and their "
+     "importers); beyond it, freed memory goes back to the device.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       auto bytes = ParseBytes(v);
+       if (!bytes.ok()) return bytes.status();
+       o.pool_retain = *bytes;
+       return absl::OkStatus();
+     }},
     {"default-quota", "GPUBROKER_DEFAULT_QUOTA", "default_quota", "SIZE", "unlimited",
      "Byte quota of a tenant that the config file does not list.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {

@@ -27,7 +27,8 @@ struct DaemonOptions {
   std::string devices;               // CUDA devices by UUID or ordinal; empty: all
   std::string pool_bytes = "90%";    // per CUDA device: bytes or a share
   uint64_t vmm_threshold = uint64_t{2} << 30;
-  std::vector<TenantSpec> tenants;  // config file only
+  uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
+  std::vector<TenantSpec> tenants;           // config file only
 };
 
 struct OptionSpec {

@@ -3,8 +3,7 @@
 #include <string>
 
 #include "daemon/core/registry.h"
-#include "daemon/metrics/metrics.h"
-#include "daemon/util/rate_limiter.h"
+#include "daemon/service/calls.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
 
 namespace gpubroker {
@@ -16,11 +15,11 @@ struct DaemonFacts {
   int64_t started_unix_ms = 0;
 };
 
-/// gpubroker.v1.Broker over the registry: authenticates the caller by its
-/// token, converts messages, counts outcomes. No business logic lives here.
+/// gpubroker.v1.Broker: authenticates the caller by its token and hands the
+/// call to BrokerCalls (shared with session.sock). No business logic lives here.
 class BrokerService final : public v1::Broker::Service {
  public:
-  BrokerService(Registry& registry, Metrics* metrics, DaemonFacts facts);
+  BrokerService(BrokerCalls& calls, DaemonFacts facts);
 
   grpc::Status Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,
                         v1::AllocateResponse* resp) override;
@@ -39,14 +38,10 @@ class BrokerService final : public v1::Broker::Service {
 
  private:
   absl::StatusOr<SessionView> Authenticate(const grpc::ServerContext& ctx) const;
-  // Logs a refused call (rate-limited) and converts its status.
-  grpc::Status Refuse(std::string_view call, const SessionView* session,
-                      const absl::Status& status);
 
+  BrokerCalls& calls_;
   Registry& registry_;
-  Metrics* metrics_;
   const DaemonFacts facts_;
-  RateLimiter warn_limiter_{10.0, 50.0};
 };
 
 }  // namespace gpubroker

@@ -39,8 +39,8 @@ std::string Describe(const PeerCredentials& p) {
 
 }  // namespace
 
-SessionServer::SessionServer(Registry& registry, Metrics* metrics, Options options)
-    : registry_(registry), metrics_(metrics), options_(options) {}
+SessionServer::SessionServer(BrokerCalls& calls, Options options)
+    : calls_(calls), registry_(calls.registry()), metrics_(calls.metrics()), options_(options) {}
 
 SessionServer::~SessionServer() { Stop(); }
 
@@ -202,6 +202,9 @@ SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFr
     case v1::SessionFrame::kFdRequest:
       if (c.session == 0) break;
       return OnFdRequest(c, frame.fd_request());
+    case v1::SessionFrame::kCall:
+      if (c.session == 0) break;
+      return OnCall(c, frame.call());
     case v1::SessionFrame::kGoodbye:
       c.said_goodbye = true;
       return Outcome::kDrop;
@@ -236,6 +239,7 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
     return Outcome::kDrop;
   }
   c.session = session->id;
+  c.view = *session;
   if (metrics_ != nullptr) metrics_->SessionStarted();
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
@@ -273,6 +277,49 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
   g->set_size(grant->size);
   g->set_device_uuid(grant->device_uuid);
   return SendFrame(c, reply, grant->fd.get());  // our copy closes when `grant` goes
+}
+
+SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call) {
+  v1::SessionFrame reply;
+  v1::Reply* r = reply.mutable_reply();
+  r->set_request_id(call.request_id());
+  absl::Status status;
+  if (registry_.shutting_down()) {
+    status = absl::UnavailableError("gpubrokerd is shutting down");
+  } else {
+    switch (call.request_case()) {
+      case v1::Call::kAllocate:
+        status = calls_.Allocate(c.view, call.allocate(), r->mutable_allocate());
+        break;
+      case v1::Call::kOpen:
+        // Waiting here would hold up this session's other calls and every
+        // other session's: a waiting Open goes through gRPC.
+        status = call.open().wait()
+                     ? calls_.Refuse("Open", &c.view,
+                                     absl::InvalidArgumentError(
+                                         "an Open that waits goes through gRPC, not session.sock"))
+                     : calls_.Open(c.view, call.open(), OpenParams{}, r->mutable_open());
+        break;
+      case v1::Call::kSeal:
+        status = calls_.Seal(c.view, call.seal(), r->mutable_seal());
+        break;
+      case v1::Call::kRelease:
+        status = calls_.Release(c.view, call.release());
+        r->mutable_release();
+        break;
+      default:
+        status = calls_.Refuse("a call", &c.view,
+                               absl::InvalidArgumentError("Call frame without a request"));
+    }
+  }
+  if (!status.ok()) {
+    reply.Clear();
+    auto* e = reply.mutable_error();
+    e->set_request_id(call.request_id());
+    e->set_code(static_cast<int>(status.code()));
+    e->set_message(std::string(status.message()));
+  }
+  return SendFrame(c, reply);
 }
 
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,

@@ -12,14 +12,17 @@
 #include "common/unix_socket.h"
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/service/calls.h"
 #include "daemon/util/rate_limiter.h"
 
 namespace gpubroker {
 
 /// Serves session.sock: one epoll thread for all clients. A client says Hello
 /// and gets its session id and token; then it may ask for descriptors (pool
-/// and buffer fds, sent with SCM_RIGHTS). The connection's end, however it
-/// comes (Goodbye, close, kill -9), ends the session and reclaims its memory.
+/// and buffer fds, sent with SCM_RIGHTS) and make the data path's calls
+/// (Allocate, Open without waiting, Seal, Release), answered by the same
+/// BrokerCalls as gRPC. The connection's end, however it comes (Goodbye,
+/// close, kill -9), ends the session and reclaims its memory.
 ///
 /// A peer that sends garbage, a frame over the limit or nothing at all within
 /// the hello timeout is dropped; no peer can stall the others, since every
@@ -31,7 +34,7 @@ class SessionServer {
     std::chrono::milliseconds hello_timeout{5000};
   };
 
-  SessionServer(Registry& registry, Metrics* metrics, Options options);
+  SessionServer(BrokerCalls& calls, Options options);
   ~SessionServer();
   SessionServer(const SessionServer&) = delete;
   SessionServer& operator=(const SessionServer&) = delete;
@@ -47,6 +50,7 @@ class SessionServer {
     PeerCredentials peer;
     FrameDecoder decoder;
     SessionId session = 0;
+    SessionView view;  // once the session is open
     bool said_goodbye = false;
     std::chrono::steady_clock::time_point hello_deadline;
   };
@@ -58,10 +62,12 @@ class SessionServer {
   Outcome OnFrame(Connection& c, const v1::SessionFrame& frame);
   Outcome OnHello(Connection& c, const v1::Hello& hello);
   Outcome OnFdRequest(Connection& c, const v1::FdRequest& request);
+  Outcome OnCall(Connection& c, const v1::Call& call);
   Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, int fd = -1);
   void EndSession(Connection& c, bool clean);
   void Warn(const std::string& message);
 
+  BrokerCalls& calls_;
   Registry& registry_;
   Metrics* metrics_;
   Options options_;

@@ -5,9 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <random>
 
 #include "common/frame.h"
+#include "common/token.h"
 #include "common/unix_socket.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -139,6 +141,52 @@ TEST_F(Robustness, CallsWithoutAValidTokenAreUnauthenticated) {
   EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// The same calls through gRPC, with the token of a raw session: the data path
+// answers on both sockets, from the same code.
+TEST_F(Robustness, DataPathCallsWorkOverGrpcToo) {
+  UniqueFd fd = Connect();
+  Write(fd.get(), HelloFrame());
+  auto welcome = ReadFrame(fd.get());
+  ASSERT_TRUE(welcome && welcome->has_welcome());
+  Token token{};
+  std::memcpy(token.data(), welcome->welcome().token().data(), token.size());
+  auto stub =
+      v1::Broker::NewStub(grpc::CreateChannel(GrpcTarget(), grpc::InsecureChannelCredentials()));
+  auto ctx = [&] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->AddMetadata(kTokenMetadataKey, TokenToHex(token));
+    return c;
+  };
+  v1::AllocateRequest alloc;
+  alloc.set_size(4096);
+  alloc.set_name("grpc.buffer");
+  v1::AllocateResponse allocated;
+  ASSERT_TRUE(stub->Allocate(ctx().get(), alloc, &allocated).ok());
+  const uint64_t id = allocated.buffer().id();
+  v1::SealRequest seal;
+  seal.set_id(id);
+  v1::SealResponse sealed;
+  ASSERT_TRUE(stub->Seal(ctx().get(), seal, &sealed).ok());
+  EXPECT_EQ(sealed.buffer().state(), v1::BUFFER_STATE_SEALED);
+  v1::OpenRequest open;
+  open.mutable_ref()->set_name("grpc.buffer");
+  open.set_wait(true);
+  open.set_timeout_ms(1000);
+  v1::OpenResponse opened;
+  ASSERT_TRUE(stub->Open(ctx().get(), open, &opened).ok());
+  EXPECT_EQ(opened.buffer().id(), id);
+  v1::ReleaseRequest release;
+  release.set_id(id);
+  v1::ReleaseResponse released;
+  ASSERT_TRUE(stub->Release(ctx().get(), release, &released).ok());
+  release.set_free(true);
+  ASSERT_TRUE(stub->Release(ctx().get(), release, &released).ok());
+  EXPECT_EQ(stub->Release(ctx().get(), release, &released).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  Helper other(daemon_.socket_dir());
+  EXPECT_EQ(other.Send("open r grpc.buffer").rfind("err NOT_FOUND", 0), 0u) << "freed";
+}
+
 TEST_F(Robustness, GarbageFramesDropOnlyTheirConnection) {
   std::mt19937 rng(7);
   for (int round = 0; round < 20; ++round) {
@@ -244,6 +292,83 @@ TEST_F(Robustness, DescriptorsSentByClientsAreNotKept) {
   }
   EXPECT_TRUE(Eventually([&] { return OpenFds() <= before + 2; }, 5s))
       << "daemon holds " << OpenFds() << " fds, had " << before;
+}
+
+TEST_F(Robustness, CallsOnTheSessionSocketAreCheckedLikeGrpcCalls) {
+  UniqueFd early = Connect();
+  v1::SessionFrame call;
+  call.mutable_call()->set_request_id(1);
+  call.mutable_call()->mutable_allocate()->set_size(4096);
+  Write(early.get(), EncodeFrame(call));
+  EXPECT_TRUE(ClosedByDaemon(early.get(), 1s)) << "Call before Hello";
+
+  UniqueFd fd = Connect();
+  Write(fd.get(), HelloFrame());
+  auto welcome = ReadFrame(fd.get());
+  ASSERT_TRUE(welcome && welcome->has_welcome());
+  uint64_t next_id = 10;
+  // One call, one answer with the same request id: a Reply, or an ErrorFrame's code.
+  auto exchange = [&](v1::Call c) -> std::pair<int, v1::Reply> {
+    const uint64_t id = next_id++;
+    c.set_request_id(id);
+    v1::SessionFrame f;
+    *f.mutable_call() = std::move(c);
+    Write(fd.get(), EncodeFrame(f));
+    auto answer = ReadFrame(fd.get());
+    if (!answer) return {-1, {}};
+    if (answer->has_error()) {
+      EXPECT_EQ(answer->error().request_id(), id);
+      return {answer->error().code(), {}};
+    }
+    EXPECT_TRUE(answer->has_reply());
+    EXPECT_EQ(answer->reply().request_id(), id);
+    return {0, answer->reply()};
+  };
+  constexpr int kInvalid = static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT);
+  constexpr int kNotFound = static_cast<int>(grpc::StatusCode::NOT_FOUND);
+
+  EXPECT_EQ(exchange(v1::Call()).first, kInvalid) << "a Call without a request";
+  v1::Call zero;
+  zero.mutable_allocate()->set_size(0);
+  EXPECT_EQ(exchange(zero).first, kInvalid);
+  v1::Call waiting;
+  waiting.mutable_open()->mutable_ref()->set_name("bystander.data");
+  waiting.mutable_open()->set_wait(true);
+  EXPECT_EQ(exchange(waiting).first, kInvalid) << "a waiting Open belongs on gRPC";
+  v1::Call missing;
+  missing.mutable_open()->mutable_ref()->set_name("no.such.buffer");
+  EXPECT_EQ(exchange(missing).first, kNotFound);
+
+  // The bystander's sealed buffer opens here; releasing drops this lease only.
+  v1::Call open;
+  open.mutable_open()->mutable_ref()->set_name("bystander.data");
+  auto [open_code, opened] = exchange(open);
+  ASSERT_EQ(open_code, 0);
+  const uint64_t id = opened.open().buffer().id();
+  EXPECT_EQ(opened.open().buffer().size(), 1048576u);
+  EXPECT_EQ(opened.open().import().mapped_size(), 1048576u);
+  v1::Call release;
+  release.mutable_release()->set_id(id);
+  EXPECT_EQ(exchange(release).first, 0);
+  EXPECT_EQ(exchange(release).first, kNotFound) << "the lease is gone";
+
+  // A buffer of its own: allocate, seal, release and free, all on the socket.
+  v1::Call alloc;
+  alloc.mutable_allocate()->set_size(8192);
+  alloc.mutable_allocate()->set_name("raw.buffer");
+  auto [alloc_code, allocated] = exchange(alloc);
+  ASSERT_EQ(alloc_code, 0);
+  v1::Call seal;
+  seal.mutable_seal()->set_id(allocated.allocate().buffer().id());
+  auto [seal_code, sealed] = exchange(seal);
+  EXPECT_EQ(seal_code, 0);
+  EXPECT_EQ(sealed.seal().buffer().state(), v1::BUFFER_STATE_SEALED);
+  release.mutable_release()->set_id(allocated.allocate().buffer().id());
+  release.mutable_release()->set_free(true);
+  EXPECT_EQ(exchange(release).first, 0);
+  Helper other(daemon_.socket_dir());
+  EXPECT_EQ(other.Send("open r raw.buffer").rfind("err NOT_FOUND", 0), 0u) << "freed";
+  EXPECT_FALSE(ClosedByDaemon(fd.get(), 200ms)) << "refused calls must not end the session";
 }
 
 }  // namespace

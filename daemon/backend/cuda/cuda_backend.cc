@@ -277,6 +277,13 @@ absl::StatusOr<std::shared_ptr<CudaBackend::Pool>> CudaBackend::PoolFor(Device& 
   pool->tenant = tenant;
   pool->device = &d;
   GPUBROKER_CUDA_TRY(cudaMemPoolCreate(&pool->pool, &props));
+  uint64_t retain = options_.pool_retain;
+  if (const cudaError_t err =
+          cudaMemPoolSetAttribute(pool->pool, cudaMemPoolAttrReleaseThreshold, &retain);
+      err != cudaSuccess) {
+    cudaMemPoolDestroy(pool->pool);
+    return cuda::RuntimeError(err, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+  }
   int fd = -1;
   const cudaError_t err =
       cudaMemPoolExportToShareableHandle(&fd, pool->pool, cudaMemHandleTypePosixFileDescriptor, 0);

@@ -1,0 +1,88 @@
+#include "daemon/service/calls.h"
+
+#include <chrono>
+
+#include "common/strings.h"
+#include "daemon/service/convert.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+
+BrokerCalls::BrokerCalls(Registry& registry, Metrics* metrics)
+    : registry_(registry), metrics_(metrics) {}
+
+absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s,
+                                 absl::Status status) {
+  uint64_t suppressed = 0;
+  if (warn_limiter_.Allow(&suppressed)) {
+    const std::string who = s != nullptr ? StrCat("session ", s->id, " (pid ", s->peer.pid,
+                                                  " tenant '", s->tenant, "')")
+                                         : std::string("an unauthenticated caller");
+    const std::string more =
+        suppressed > 0 ? StrCat(" (", suppressed, " similar messages suppressed)") : "";
+    spdlog::warn("refused {} from {}: {}: {}{}", call, who, absl::StatusCodeToString(status.code()),
+                 View(status.message()), more);
+  }
+  return status;
+}
+
+absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateRequest& req,
+                                   v1::AllocateResponse* resp) {
+  const auto start = std::chrono::steady_clock::now();
+  auto grant = registry_.Allocate(s.id, FromProto(req));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (metrics_ != nullptr) metrics_->Allocation(Metrics::AllocationResult(grant.status()), seconds);
+  if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
+  ToProto(grant->buffer, resp->mutable_buffer());
+  ToProto(grant->import, resp->mutable_import());
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
+                               OpenParams params, v1::OpenResponse* resp) {
+  auto key = FromProto(req.ref());
+  if (!key.ok()) {
+    if (metrics_ != nullptr) metrics_->Open("invalid");
+    return Refuse("Open", &s, key.status());
+  }
+  params.wait = req.wait();
+  params.allow_unsealed = req.allow_unsealed();
+  if (req.wait() && req.timeout_ms() > 0) {
+    params.deadline = std::min(params.deadline, std::chrono::steady_clock::now() +
+                                                    std::chrono::milliseconds(req.timeout_ms()));
+  }
+  auto grant = registry_.Open(s.id, *key, params);
+  if (metrics_ != nullptr) metrics_->Open(Metrics::OpenResult(grant.status()));
+  if (!grant.ok()) return Refuse("Open", &s, grant.status());
+  ToProto(grant->buffer, resp->mutable_buffer());
+  ToProto(grant->import, resp->mutable_import());
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Seal(const SessionView& s, const v1::SealRequest& req,
+                               v1::SealResponse* resp) {
+  auto view = registry_.Seal(s.id, req.id());
+  if (!view.ok()) return Refuse("Seal", &s, view.status());
+  ToProto(*view, resp->mutable_buffer());
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Release(const SessionView& s, const v1::ReleaseRequest& req) {
+  if (auto st = registry_.Release(s.id, req.id(), req.free()); !st.ok()) {
+    return Refuse("Release", &s, st);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Free(const SessionView& s, const v1::FreeRequest& req,
+                               v1::FreeResponse* resp) {
+  auto key = FromProto(req.ref());
+  if (!key.ok()) return Refuse("Free", &s, key.status());
+  auto view = registry_.Free(s.id, *key);
+  if (!view.ok()) return Refuse("Free", &s, view.status());
+  ToProto(*view, resp->mutable_buffer());
+  return absl::OkStatus();
+}
+
+}  // namespace gpubroker
