@@ -369,7 +369,8 @@ int RunCuda(const Options& o) {
   std::unique_ptr<DaemonProcess> own;
   std::string dir = o.socket_dir;
   if (dir.empty()) {
-    own = std::make_unique<DaemonProcess>(std::vector<std::string>{"--backend", "cuda"});
+    own = std::make_unique<DaemonProcess>(
+        std::vector<std::string>{"--backend", "cuda", "--small-buffers", o.small_buffers});
     dir = own->dir();
   }
   auto client = Client::connect(dir, {"bench"});
@@ -623,12 +624,16 @@ int RunCuda(const Options& o) {
   int driver = 0;
   cudaDriverGetVersion(&driver);
   watchdog.Step("report");
-  Report(
-      StrCat("gpubroker-bench: backend cuda on ", prop.name, " (driver API ", driver / 1000, ".",
-             (driver % 1000) / 10, "), ", n64, " iterations at 64 MiB (+", o.warmup, " warm-up)"),
-      std::vector<Samples>(results.begin(), results.end()), o.json,
-      {{"backend", "cuda"}, {"device", prop.name}, {"driver_api", driver}, {"iterations", n64}},
-      o.json_out);
+  Report(StrCat("gpubroker-bench: backend cuda (small buffers: ", o.small_buffers, ") on ",
+                prop.name, " (driver API ", driver / 1000, ".", (driver % 1000) / 10, "), ", n64,
+                " iterations at 64 MiB (+", o.warmup, " warm-up)"),
+         std::vector<Samples>(results.begin(), results.end()), o.json,
+         {{"backend", "cuda"},
+          {"small_buffers", o.small_buffers},
+          {"device", prop.name},
+          {"driver_api", driver},
+          {"iterations", n64}},
+         o.json_out);
   cudaMemPoolDestroy(pool);
   return 0;
 }

@@ -1,7 +1,7 @@
 // gpubroker-bench: the broker against raw baselines measured in the same run.
 //
-//   gpubroker-bench [--backend host|cuda] [--socket-dir DIR] [--iterations N]
-//                   [--size BYTES] [--json]
+//   gpubroker-bench [--backend host|cuda] [--small-buffers arena|pool]
+//                   [--socket-dir DIR] [--iterations N] [--size BYTES] [--json]
 //
 // Without --socket-dir it starts its own gpubrokerd (found beside itself) on a
 // temporary directory. Host cases:
@@ -180,6 +180,8 @@ int main(int argc, char** argv) {
       };
       if (a == "--backend") {
         o.backend = value();
+      } else if (a == "--small-buffers") {
+        o.small_buffers = value();
       } else if (a == "--torch-script") {
         o.torch_script = value();
       } else if (a == "--socket-dir") {
@@ -199,8 +201,11 @@ int main(int argc, char** argv) {
         o.json = true;
       } else if (a == "--help" || a == "-h") {
         std::puts(
-            "gpubroker-bench [--socket-dir DIR] [--iterations N] [--warmup N] [--size BYTES] "
-            "[--json]");
+            "gpubroker-bench [--backend host|cuda] [--small-buffers arena|pool] [--socket-dir "
+            "DIR]\n"
+            "                [--iterations N] [--warmup N] [--size BYTES] [--json] [--json-out "
+            "FILE]\n"
+            "                [--torch-script FILE]");
         return 0;
       } else {
         throw std::invalid_argument("unknown argument " + a);

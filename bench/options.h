@@ -12,8 +12,9 @@ struct Options {
   int warmup = 200;
   uint64_t size = 1 << 20;
   bool json = false;
-  std::string json_out;      // also write the JSON document here
-  std::string torch_script;  // the torch.multiprocessing baseline (CUDA run)
+  std::string json_out;                 // also write the JSON document here
+  std::string torch_script;             // the torch.multiprocessing baseline (CUDA run)
+  std::string small_buffers = "arena";  // the CUDA daemon's --small-buffers
 };
 
 /// The CUDA run (cuda_cases.cc); without CUDA support, an error.

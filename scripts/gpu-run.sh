@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the bundle that scripts/gpu-bundle.sh made:
 # the CUDA instances of the typed backend suites, the GPU integration tests,
-# and the CUDA benchmark. Logs and results go to $OUT (default ./gpu-results).
+# and the CUDA benchmark on both small-buffer paths. Logs and results go to
+# $OUT (default ./gpu-results).
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${OUT:-gpu-results}
@@ -24,8 +25,13 @@ gpubroker_gpu_tests >"$out/gpu-tests.log" 2>&1 || status=1
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|\[   info   \]" "$out/gpu-tests.log"
 grep -E "Failure|Expected|Which is|got:" "$out/gpu-tests.log" | head -40
 
-echo "== benchmark"
-timeout "${BENCH_TIMEOUT:-400}" gpubroker-bench --backend cuda --iterations "${ITERATIONS:-200}" --warmup 20 \
-  --json-out "$out/bench-cuda.json" 2>"$out/bench-cuda.err" | tee "$out/bench-cuda.txt" || status=1
-tail -5 "$out/bench-cuda.err"
+# The benchmark, on each small-buffer path (the default, arena, first).
+for path in arena pool; do
+  suffix=$([ "$path" = arena ] && echo "" || echo "-$path")
+  echo "== benchmark (small buffers: $path)"
+  timeout "${BENCH_TIMEOUT:-300}" gpubroker-bench --backend cuda --small-buffers "$path" \
+    --iterations "${ITERATIONS:-200}" --warmup 20 --json-out "$out/bench-cuda$suffix.json" \
+    2>"$out/bench-cuda$suffix.err" | tee "$out/bench-cuda$suffix.txt" || status=1
+  grep -E "no progress|failed" "$out/bench-cuda$suffix.err"
+done
 exit $status

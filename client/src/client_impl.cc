@@ -84,7 +84,7 @@ void ClientImpl::Throw(const grpc::Status& status) const {
 
 ImportedPool::~ImportedPool() {
 #ifdef GPUBROKER_HAVE_CUDA
-  if (cuda_fences != 0) UnmapCudaFencePage(cuda_fences, size, device_uuid);
+  if (cuda_mapped != 0) UnmapCudaShared(cuda_mapped, size, device_uuid);
 #endif
 }
 
@@ -104,7 +104,8 @@ std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::stri
       pool->cuda_pool = ImportCudaPool(std::move(fd), device_uuid);
       break;
     case v1::FD_KIND_CUDA_FENCES:
-      pool->cuda_fences = MapCudaFencePage(std::move(fd), device_uuid, grant.size());
+    case v1::FD_KIND_CUDA_SLAB:
+      pool->cuda_mapped = MapCudaShared(std::move(fd), device_uuid, grant.size());
       break;
 #endif
     default:
@@ -116,7 +117,7 @@ std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::stri
 
 uint64_t ClientImpl::FencePage(const v1::ImportDescriptor& import) {
   if (import.fence_pool_id() == 0) return 0;  // the word is inside the buffer
-  return Pool(import.fence_pool_id(), import.device_uuid())->cuda_fences;
+  return Pool(import.fence_pool_id(), import.device_uuid())->cuda_mapped;
 }
 
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
@@ -139,6 +140,13 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
     case v1::IMPORT_KIND_CUDA_POOL:
       return MapCudaPoolBuffer(Pool(import.pool_id(), import.device_uuid())->cuda_pool,
                                FencePage(import), import);
+    case v1::IMPORT_KIND_CUDA_ARENA: {
+      auto slab = Pool(import.pool_id(), import.device_uuid());
+      if (import.offset() + import.mapped_size() > slab->size) {
+        ThrowError(ErrorCode::kInternal, "buffer lies outside its slab");
+      }
+      return MapCudaArenaBuffer(slab->cuda_mapped, FencePage(import), import);
+    }
     case v1::IMPORT_KIND_CUDA_VMM: {
       const uint64_t fences = FencePage(import);
       v1::FdRequest req;
@@ -149,6 +157,7 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
 #else
     case v1::IMPORT_KIND_CUDA_POOL:
     case v1::IMPORT_KIND_CUDA_VMM:
+    case v1::IMPORT_KIND_CUDA_ARENA:
       ThrowError(ErrorCode::kUnimplemented,
                  "this client library was built without CUDA support; cannot map a CUDA buffer");
 #endif

@@ -76,7 +76,7 @@ struct ImportedPool {
   UniqueFd fd;
   uint64_t size = 0;
   void* cuda_pool = nullptr;  // cudaMemPool_t
-  uint64_t cuda_fences = 0;   // device address of a mapped fence page
+  uint64_t cuda_mapped = 0;   // device address of a mapped fence page or arena slab
   std::string device_uuid;
   ~ImportedPool();
 };
@@ -132,9 +132,13 @@ bool ParseBufferId(std::string_view name_or_id, BufferId* id);
 #ifdef GPUBROKER_HAVE_CUDA
 /// Imports a CUDA pool's descriptor (consumed) on the device with this UUID.
 void* ImportCudaPool(UniqueFd fd, const std::string& device_uuid);
-/// Maps a tenant's fence page (descriptor consumed); its device address.
-uint64_t MapCudaFencePage(UniqueFd fd, const std::string& device_uuid, uint64_t size);
-void UnmapCudaFencePage(uint64_t address, uint64_t size, const std::string& device_uuid);
+/// Maps a tenant's fence page or arena slab (descriptor consumed), readable
+/// and writable by its device; its device address.
+uint64_t MapCudaShared(UniqueFd fd, const std::string& device_uuid, uint64_t size);
+void UnmapCudaShared(uint64_t address, uint64_t size, const std::string& device_uuid);
+/// A buffer at its offset in a mapped arena slab.
+std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
+                                            const v1::ImportDescriptor& import);
 /// Maps a buffer of an imported pool. `fence_page`: the mapped page that holds
 /// its fence word, or 0 when the word is inside the buffer.
 std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,

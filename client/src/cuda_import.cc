@@ -93,6 +93,18 @@ class PoolPointer final : public CudaMapping {
   }
 };
 
+// A range of an arena slab that the client keeps mapped: nothing to unmap.
+class ArenaView final : public CudaMapping {
+ public:
+  using CudaMapping::CudaMapping;
+  ~ArenaView() override {
+    // What cudaFree does for a pool import: the work that uses the range
+    // completes before the lease's release lets the daemon lend it again.
+    cuda::ScopedDevice on(device_);
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  }
+};
+
 class VmmView final : public CudaMapping {
  public:
   VmmView(int device, CUdeviceptr ptr, size_t size, uint64_t fence_page,
@@ -176,18 +188,25 @@ CUdeviceptr MapVmm(UniqueFd fd, int device, size_t size) {
 
 }  // namespace
 
-uint64_t MapCudaFencePage(UniqueFd fd, const std::string& device_uuid, uint64_t size) {
+uint64_t MapCudaShared(UniqueFd fd, const std::string& device_uuid, uint64_t size) {
   const int device = Ordinal(device_uuid);
   cuda::ScopedDevice on(device);
   if (!on.status().ok()) ThrowStatus(on.status());
   return MapVmm(std::move(fd), device, size);
 }
 
-void UnmapCudaFencePage(uint64_t address, uint64_t size, const std::string& device_uuid) {
+void UnmapCudaShared(uint64_t address, uint64_t size, const std::string& device_uuid) {
   // Called from a destructor: nothing to undo when CUDA never came up.
   auto device = cuda::OrdinalOf(device_uuid);
   if (!device.ok() || !cuda::DriverApi::Get().ok()) return;
   UnmapVmm(*device, address, size);
+}
+
+std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
+                                            const v1::ImportDescriptor& import) {
+  const int device = Ordinal(import.device_uuid());
+  return std::make_unique<ArenaView>(device, reinterpret_cast<void*>(slab + import.offset()),
+                                     fence_page, import);
 }
 
 std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,

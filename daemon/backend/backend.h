@@ -18,6 +18,7 @@ enum class ImportKind {
   kHostFd,     // map the buffer's own memfd at 0
   kCudaPool,   // import the pool's fd once, then `export_data` per buffer
   kCudaVmm,    // import the buffer's own fd, reserve, map, set access
+  kCudaArena,  // map the slab's fd (pool_id) once; the buffer is at `offset`
 };
 
 struct ImportInfo {
@@ -36,7 +37,7 @@ struct ImportInfo {
 };
 
 /// What travels with a descriptor on session.sock.
-enum class FdKind { kHostArena, kHostBuffer, kCudaPool, kCudaVmm, kCudaFences };
+enum class FdKind { kHostArena, kHostBuffer, kCudaPool, kCudaVmm, kCudaFences, kCudaSlab };
 
 struct FdGrant {
   UniqueFd fd;

@@ -69,6 +69,7 @@ absl::StatusOr<BackendChoice> CreateBackend(const DaemonOptions& options) {
   cuda.pool_bytes = options.pool_bytes;
   cuda.vmm_threshold = options.vmm_threshold;
   cuda.pool_retain = options.pool_retain;
+  cuda.small_buffers = options.small_buffers == "pool" ? SmallBuffers::kPool : SmallBuffers::kArena;
   const size_t n = gpus->size();
   auto backend = CudaBackend::Create(std::move(*gpus), cuda);
   if (!backend.ok()) {

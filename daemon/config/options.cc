@@ -103,6 +103,17 @@ const std::vector<OptionSpec> kOptions = {
        o.vmm_threshold = *bytes;
        return absl::OkStatus();
      }},
+    {"small-buffers", "GPUBROKER_SMALL_BUFFERS", "small_buffers", "arena|pool", "arena",
+     "How GPU buffers under --vmm-threshold are made: arena (ranges of the tenant's VMM slabs, "
+     "each mapped once per client) or pool (cudaMallocFromPoolAsync, mapped per buffer).",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       const std::string_view t = Trim(v);
+       if (t != "arena" && t != "pool") {
+         return absl::InvalidArgumentError(
+             StrCat("--small-buffers is arena or pool, not '", t, "'"));
+       }
+       return SetString(o.small_buffers, t);
+     }},
     {"pool-retain", "GPUBROKER_POOL_RETAIN", "pool_retain", "SIZE", "2GiB",
      "Freed memory each tenant's GPU pool keeps mapped for its next allocations (and their "
      "importers); beyond it, freed memory goes back to the device.",

@@ -28,6 +28,7 @@ struct DaemonOptions {
   std::string pool_bytes = "90%";    // per CUDA device: bytes or a share
   uint64_t vmm_threshold = uint64_t{2} << 30;
   uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
+  std::string small_buffers = "arena";       // "arena" or "pool"
   std::vector<TenantSpec> tenants;           // config file only
 };
 

@@ -29,6 +29,8 @@ std::string BackingName(ImportKind kind) {
       return "cuda-pool";
     case ImportKind::kCudaVmm:
       return "cuda-vmm";
+    case ImportKind::kCudaArena:
+      return "cuda-arena";
   }
   return "unknown";
 }

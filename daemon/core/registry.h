@@ -52,7 +52,7 @@ struct BufferView {
   uint32_t leases = 0;
   SessionId owner_session = 0;
   int64_t created_unix_ms = 0;
-  std::string backing;  // "host-arena", "host-fd", "cuda-pool", "cuda-vmm"
+  std::string backing;  // "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
 };
 
 /// A lease granted by Allocate or Open, with what the client needs to map it.

@@ -11,8 +11,7 @@ namespace gpubroker {
 BrokerCalls::BrokerCalls(Registry& registry, Metrics* metrics)
     : registry_(registry), metrics_(metrics) {}
 
-absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s,
-                                 absl::Status status) {
+absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s, absl::Status status) {
   uint64_t suppressed = 0;
   if (warn_limiter_.Allow(&suppressed)) {
     const std::string who = s != nullptr ? StrCat("session ", s->id, " (pid ", s->peer.pid,
@@ -39,8 +38,8 @@ absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateReque
   return absl::OkStatus();
 }
 
-absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
-                               OpenParams params, v1::OpenResponse* resp) {
+absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req, OpenParams params,
+                               v1::OpenResponse* resp) {
   auto key = FromProto(req.ref());
   if (!key.ok()) {
     if (metrics_ != nullptr) metrics_->Open("invalid");

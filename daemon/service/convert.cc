@@ -31,6 +31,8 @@ v1::ImportKind ToProto(ImportKind k) {
       return v1::IMPORT_KIND_CUDA_POOL;
     case ImportKind::kCudaVmm:
       return v1::IMPORT_KIND_CUDA_VMM;
+    case ImportKind::kCudaArena:
+      return v1::IMPORT_KIND_CUDA_ARENA;
   }
   return v1::IMPORT_KIND_UNSPECIFIED;
 }

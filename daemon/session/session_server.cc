@@ -29,6 +29,8 @@ v1::FdKind ToWire(FdKind kind) {
       return v1::FD_KIND_CUDA_VMM;
     case FdKind::kCudaFences:
       return v1::FD_KIND_CUDA_FENCES;
+    case FdKind::kCudaSlab:
+      return v1::FD_KIND_CUDA_SLAB;
   }
   return v1::FD_KIND_UNSPECIFIED;
 }

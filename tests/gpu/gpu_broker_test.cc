@@ -1,5 +1,7 @@
 // The broker on real GPU memory, across real processes: the CUDA backends
-// (cuda-pool and cuda-vmm), ready fences, reclaim on SIGKILL, tenants, churn.
+// (cuda-arena or cuda-pool under the VMM threshold, cuda-vmm above it and for
+// shares across tenants), ready fences, reclaim on SIGKILL, tenants, churn.
+// The tests of the small-buffer path run once per path (--small-buffers).
 // Every test skips, saying why, where no GPU is usable.
 #include <sys/socket.h>
 
@@ -50,6 +52,17 @@ std::map<std::string, std::string> Fields(const std::string& info) {
   return out;
 }
 
+// The tests that run on both small-buffer paths: "arena" and "pool".
+class GpuPath : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::vector<std::string> Args(std::vector<std::string> more = {}) const {
+    std::vector<std::string> args = {"--backend", "cuda", "--small-buffers", GetParam()};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+  std::string Backing() const { return "cuda-" + GetParam(); }
+};
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -71,17 +84,18 @@ TEST(Gpu, DaemonServesTheGpusByUuid) {
   std::printf("[   info   ] %s\n", daemon.start_line().c_str());
 }
 
-TEST(Gpu, BufferFilledInAIsVerifiedInBAndBsWriteBackIsSeenInA) {
+TEST_P(GpuPath, BufferFilledInAIsVerifiedInBAndBsWriteBackIsSeenInA) {
   SKIP_WITHOUT_GPU();
-  Daemon daemon({"--backend", "cuda"});
+  Daemon daemon(Args());
   ASSERT_TRUE(daemon.ok());
   Helper a(daemon.socket_dir());
   Helper b(daemon.socket_dir());
-  const std::pair<uint64_t, const char*> cases[] = {{4096, "cuda-pool"},
-                                                    {64 * kMiB, "cuda-pool"},
-                                                    {1 * kGiB, "cuda-pool"},
-                                                    {8 * kGiB, "cuda-vmm"},
-                                                    {40 * kGiB, "cuda-vmm"}};
+  std::vector<std::pair<uint64_t, std::string>> cases = {
+      {4096, Backing()}, {64 * kMiB, Backing()}, {1 * kGiB, Backing()}};
+  if (GetParam() == "arena") {  // VMM buffers do not depend on the path: once is enough
+    cases.push_back({8 * kGiB, "cuda-vmm"});
+    cases.push_back({40 * kGiB, "cuda-vmm"});
+  }
   for (const auto& [size, backing] : cases) {
     const std::string name = "gpu.data." + std::to_string(size);
     const auto t0 = std::chrono::steady_clock::now();
@@ -99,14 +113,14 @@ TEST(Gpu, BufferFilledInAIsVerifiedInBAndBsWriteBackIsSeenInA) {
     b.Ok("release y");
     a.Ok("release x");
     std::printf("[   info   ] %llu bytes (%s): round trip %.2f s\n",
-                static_cast<unsigned long long>(size), backing, Seconds(t0));
+                static_cast<unsigned long long>(size), backing.c_str(), Seconds(t0));
   }
   EXPECT_EQ(Device0(a)["used_bytes"], 0);
 }
 
-TEST(Gpu, ConsumersStreamWaitsForTheProducersFence) {
+TEST_P(GpuPath, ConsumersStreamWaitsForTheProducersFence) {
   SKIP_WITHOUT_GPU();
-  Daemon daemon({"--backend", "cuda"});
+  Daemon daemon(Args());
   ASSERT_TRUE(daemon.ok());
   Helper a(daemon.socket_dir());
   Helper b(daemon.socket_dir());
@@ -131,9 +145,9 @@ TEST(Gpu, ConsumersStreamWaitsForTheProducersFence) {
   a.Ok("drain");
 }
 
-TEST(Gpu, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
+TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
   SKIP_WITHOUT_GPU();
-  Daemon daemon({"--backend", "cuda", "--vmm-threshold", "256MiB"});
+  Daemon daemon(Args({"--vmm-threshold", "256MiB"}));
   ASSERT_TRUE(daemon.ok());
   Helper observer(daemon.socket_dir());
   const uint64_t base = Device0(observer)["used_bytes"];
@@ -180,10 +194,10 @@ TEST(Gpu, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
             static_cast<double>(base));
 }
 
-TEST(Gpu, TenantsGetNoPoolButTheirOwnAndSharesAreVmm) {
+TEST_P(GpuPath, TenantsGetNoPoolButTheirOwnAndSharesAreVmm) {
   SKIP_WITHOUT_GPU();
   if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
-  Daemon daemon({"--backend", "cuda"}, R"(
+  Daemon daemon(Args(), R"(
 tenants:
   - name: blue
     uids: [60001]
@@ -196,7 +210,7 @@ tenants:
   Helper green(daemon.socket_dir(), 60002);
   owner.Ok("alloc p 1048576 name=private");
   owner.Ok("seal p");
-  EXPECT_EQ(Fields(owner.Ok("info p"))["backing"], "cuda-pool");
+  EXPECT_EQ(Fields(owner.Ok("info p"))["backing"], Backing());
   owner.Ok("alloc s 1048576 name=for.blue share=blue");
   EXPECT_EQ(Fields(owner.Ok("info s"))["backing"], "cuda-vmm");
   owner.Ok("fill s 21");
@@ -242,18 +256,21 @@ tenants:
     if (reply->has_fd_grant()) granted.push_back(reply->fd_grant().kind());
     if (reply->has_error()) ++refused;
   }
-  // Ids 1..4 are uid-0's pool and fence page, then blue's: only the first two come back.
+  // Ids 1..4 are uid-0's pool (or slab) and fence page, then blue's: only the
+  // first two come back.
   std::sort(granted.begin(), granted.end());
-  EXPECT_EQ(granted, (std::vector<int>{v1::FD_KIND_CUDA_POOL, v1::FD_KIND_CUDA_FENCES}))
-      << "a tenant may get its own pool and fence page and nothing else";
+  const int own = GetParam() == "arena" ? v1::FD_KIND_CUDA_SLAB : v1::FD_KIND_CUDA_POOL;
+  std::vector<int> expected = {own, v1::FD_KIND_CUDA_FENCES};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(granted, expected) << "a tenant may get its own pool and fence page and nothing else";
   EXPECT_EQ(refused, 6);
 }
 
-TEST(Gpu, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {
+TEST_P(GpuPath, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {
   SKIP_WITHOUT_GPU();
   constexpr int kProcesses = 8;
   constexpr int kCycles = 500;
-  Daemon daemon({"--backend", "cuda"});
+  Daemon daemon(Args());
   ASSERT_TRUE(daemon.ok());
   std::vector<std::unique_ptr<Helper>> ring;
   for (int i = 0; i < kProcesses; ++i)
@@ -273,6 +290,9 @@ TEST(Gpu, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {
   EXPECT_EQ(status["buffers"], 0);
   EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"ok\"}"), kProcesses * kCycles);
 }
+
+INSTANTIATE_TEST_SUITE_P(SmallBuffers, GpuPath, ::testing::Values("arena", "pool"),
+                         [](const auto& p) { return p.param; });
 
 }  // namespace
 }  // namespace gpubroker::testing

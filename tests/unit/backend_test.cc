@@ -170,5 +170,53 @@ TEST(HostBackend, IsolatedFdExposesNothingBeyondItsBuffer) {
   EXPECT_NE(ftruncate(grant->fd.get(), 1 << 20), 0);
 }
 
+// cuda-arena: buffers are ranges of a few slabs, which grow geometrically.
+TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
+  std::unique_ptr<Backend> backend;
+  std::string why = "this build has no CUDA backend";
+  for (const auto& b : BackendsUnderTest()) {
+    if (b.name == "cuda_arena") backend = b.make(&why);
+  }
+  if (!backend) GTEST_SKIP() << why;
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  std::vector<std::unique_ptr<BackendBuffer>> held;
+  for (int i = 0; i < 3; ++i) {
+    auto b = backend->Allocate({0, "t", 1 * kMiB, false});
+    ASSERT_TRUE(b.ok()) << b.status();
+    held.push_back(std::move(*b));
+  }
+  const ImportInfo first = held[0]->import_info();
+  EXPECT_EQ(first.kind, ImportKind::kCudaArena);
+  for (const auto& b : held) {
+    EXPECT_EQ(b->import_info().pool_id, first.pool_id) << "one slab holds them all";
+    EXPECT_EQ(b->import_info().mapped_size, 1 * kMiB);
+  }
+  EXPECT_NE(held[1]->import_info().offset, held[0]->import_info().offset);
+  EXPECT_NE(held[2]->import_info().offset, held[1]->import_info().offset);
+  const DeviceUsage u = backend->Usage(0);
+  EXPECT_EQ(u.used_bytes, 3 * kMiB);
+  EXPECT_GE(u.reserved_bytes, 64 * kMiB) << "the first slab is 64 MiB";
+  const uint64_t middle = held[1]->import_info().offset;
+  held[1].reset();
+  EXPECT_EQ(backend->Usage(0).used_bytes, 2 * kMiB);
+  auto again = backend->Allocate({0, "t", 1 * kMiB, false});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->import_info().offset, middle) << "best fit takes the hole back";
+  // More than the first slab holds: a second, larger slab.
+  auto big = backend->Allocate({0, "t", 100 * kMiB, false});
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_NE((*big)->import_info().pool_id, first.pool_id);
+  auto slab = backend->ExportPool((*big)->import_info().pool_id, "t");
+  ASSERT_TRUE(slab.ok()) << slab.status();
+  EXPECT_EQ(slab->kind, FdKind::kCudaSlab);
+  EXPECT_GE(slab->size, 100 * kMiB);
+  EXPECT_EQ(backend->ExportPool((*big)->import_info().pool_id, "u").status().code(),
+            absl::StatusCode::kNotFound);
+  held.clear();
+  again->reset();
+  big->reset();
+  EXPECT_EQ(backend->Usage(0).used_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace gpubroker

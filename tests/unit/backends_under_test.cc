@@ -12,7 +12,7 @@ namespace gpubroker {
 namespace {
 
 // A CUDA backend on the first GPU with a 1 GiB capacity, or why not.
-std::unique_ptr<Backend> MakeCuda(uint64_t vmm_threshold, std::string* why) {
+std::unique_ptr<Backend> MakeCuda(uint64_t vmm_threshold, SmallBuffers small, std::string* why) {
   auto devices = DiscoverCudaDevices();
   if (!devices.ok()) {
     *why = std::string(devices.status().message());
@@ -25,6 +25,7 @@ std::unique_ptr<Backend> MakeCuda(uint64_t vmm_threshold, std::string* why) {
   CudaBackendOptions options;
   options.pool_bytes = "1GiB";
   options.vmm_threshold = vmm_threshold;
+  options.small_buffers = small;
   auto backend = CudaBackend::Create({devices->front()}, options);
   if (!backend.ok()) {
     *why = std::string(backend.status().message());
@@ -46,8 +47,15 @@ std::vector<BackendUnderTest> BackendsUnderTest() {
   };
 #ifdef GPUBROKER_HAVE_CUDA
   out.push_back(
-      {"cuda_pool", [](std::string* why) { return MakeCuda(uint64_t{1} << 40, why); }, false});
-  out.push_back({"cuda_vmm", [](std::string* why) { return MakeCuda(1, why); }, true});
+      {"cuda_arena",
+       [](std::string* why) { return MakeCuda(uint64_t{1} << 40, SmallBuffers::kArena, why); },
+       true});
+  out.push_back(
+      {"cuda_pool",
+       [](std::string* why) { return MakeCuda(uint64_t{1} << 40, SmallBuffers::kPool, why); },
+       false});
+  out.push_back(
+      {"cuda_vmm", [](std::string* why) { return MakeCuda(1, SmallBuffers::kArena, why); }, true});
 #else
   out.push_back({"cuda", [](std::string* why) -> std::unique_ptr<Backend> {
                    *why = "this build has no CUDA backend";

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "common/token.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
+#include "daemon/backend/range_allocator.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
@@ -25,8 +27,11 @@ struct CudaBackend::Device {
   std::atomic<uint64_t> used{0};
   std::atomic<uint64_t> vmm_bytes{0};
   std::atomic<uint64_t> fence_bytes{0};  // fence pages: reserved, not held by buffers
+  std::atomic<uint64_t> slab_bytes{0};   // arenas' slabs: reserved
+  std::atomic<uint64_t> arena_used{0};   // arenas' live ranges
   absl::Mutex mu;
   std::map<std::string, std::shared_ptr<Pool>> pools ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::shared_ptr<Arena>> arenas ABSL_GUARDED_BY(mu);
   std::map<std::string, std::shared_ptr<FencePage>> fences ABSL_GUARDED_BY(mu);
 };
 
@@ -75,9 +80,38 @@ struct CudaBackend::FencePage {
   }
 };
 
+// One VMM allocation of a tenant's arena, exported once and mapped once per
+// client process; buffers are byte ranges of it.
+struct CudaBackend::Slab {
+  PoolId id = 0;
+  std::string tenant;
+  Device* device = nullptr;
+  const cuda::DriverApi* api = nullptr;
+  CUmemGenericAllocationHandle handle = 0;
+  UniqueFd exported;
+  uint64_t size;
+  RangeAllocator ranges;  // under the arena's lock
+
+  explicit Slab(uint64_t bytes) : size(bytes), ranges(bytes) {}
+  ~Slab() {
+    exported.reset();
+    if (handle != 0) api->cuMemRelease(handle);
+  }
+};
+
+// A tenant's slabs on one device.
+struct CudaBackend::Arena {
+  std::string tenant;
+  absl::Mutex mu;
+  std::vector<std::shared_ptr<Slab>> slabs ABSL_GUARDED_BY(mu);
+  uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+};
+
 namespace {
 
 constexpr uint64_t kPoolAlignment = 512;
+constexpr uint64_t kSlabMin = uint64_t{64} << 20;
+constexpr uint64_t kSlabMax = uint64_t{2} << 30;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kFenceBytes = 8;
 
@@ -157,7 +191,44 @@ class VmmBuffer final : public BackendBuffer {
   ImportInfo info_;
 };
 
+// A range of a slab of its tenant's arena.
+class ArenaBuffer final : public BackendBuffer {
+ public:
+  ArenaBuffer(std::shared_ptr<CudaBackend::Arena> arena, std::shared_ptr<CudaBackend::Slab> slab,
+              std::shared_ptr<CudaBackend::FencePage> fences, uint32_t slot, ImportInfo info)
+      : arena_(std::move(arena)),
+        slab_(std::move(slab)),
+        fences_(std::move(fences)),
+        slot_(slot),
+        info_(std::move(info)) {}
+  ~ArenaBuffer() override;
+
+  uint64_t reserved_size() const override { return info_.mapped_size; }
+  const ImportInfo& import_info() const override { return info_; }
+  absl::StatusOr<FdGrant> ExportFd() override {
+    return absl::FailedPreconditionError(
+        "buffer lives in a slab of its tenant's arena; map the slab");
+  }
+
+ private:
+  std::shared_ptr<CudaBackend::Arena> arena_;
+  std::shared_ptr<CudaBackend::Slab> slab_;
+  std::shared_ptr<CudaBackend::FencePage> fences_;
+  uint32_t slot_;
+  ImportInfo info_;
+};
+
 }  // namespace
+
+ArenaBuffer::~ArenaBuffer() {
+  {
+    absl::MutexLock lock(&arena_->mu);
+    slab_->ranges.Free(info_.offset, info_.mapped_size);
+  }
+  slab_->device->used -= info_.mapped_size;
+  slab_->device->arena_used -= info_.mapped_size;
+  fences_->Give(slot_);
+}
 
 PoolBuffer::~PoolBuffer() {
   CudaBackend::Device& d = *pool_->device;
@@ -235,6 +306,7 @@ CudaBackend::~CudaBackend() {
     absl::MutexLock lock(&mu_);
     pools_by_id_.clear();
     fences_by_id_.clear();
+    slabs_by_id_.clear();
   }
   for (auto& d : devices_) {
     cuda::ScopedDevice on(d->info.ordinal);
@@ -243,6 +315,7 @@ CudaBackend::~CudaBackend() {
       for (auto& [tenant, pool] : d->pools) cudaMemPoolDestroy(pool->pool);
       d->pools.clear();
       d->fences.clear();
+      d->arenas.clear();
     }
     if (d->stream != nullptr) cudaStreamDestroy(d->stream);
   }
@@ -359,7 +432,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::Allocate(const Alloc
         StrCat("device ", d.info.uuid, " full: requested ", estimate, " bytes, ", before, " of ",
                d.capacity, " in use, ", d.capacity > before ? d.capacity - before : 0, " free"));
   }
-  auto buffer = UsesVmm(req.size, req.isolated) ? AllocateVmm(d, req) : AllocatePooled(d, req);
+  auto buffer = UsesVmm(req.size, req.isolated)                  ? AllocateVmm(d, req)
+                : options_.small_buffers == SmallBuffers::kArena ? AllocateFromArena(d, req)
+                                                                 : AllocatePooled(d, req);
   if (!buffer.ok()) {
     d.used -= estimate;
     return buffer;
@@ -424,6 +499,125 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
   return std::make_unique<PoolBuffer>(*pool, *fences, *slot, ptr, reserved, std::move(info));
 }
 
+std::shared_ptr<CudaBackend::Arena> CudaBackend::ArenaFor(Device& d, const std::string& tenant) {
+  absl::MutexLock lock(&d.mu);
+  auto& arena = d.arenas[tenant];
+  if (!arena) {
+    arena = std::make_shared<Arena>();
+    arena->tenant = tenant;
+  }
+  return arena;
+}
+
+absl::StatusOr<std::shared_ptr<CudaBackend::Slab>> CudaBackend::NewSlab(Device& d,
+                                                                        const std::string& tenant,
+                                                                        uint64_t arena_bytes,
+                                                                        uint64_t size) {
+  auto api = cuda::DriverApi::Get();
+  if (!api.ok()) return api.status();
+  const uint64_t granularity = std::max<uint64_t>(d.info.vmm_granularity, 2 * kMiB);
+  const uint64_t least = RoundUp(size, granularity);
+  // Geometric growth (each slab as large as the arena so far, 64 MiB to
+  // 2 GiB), within what the device may lend.
+  uint64_t want = std::max(least, std::clamp(arena_bytes, kSlabMin, kSlabMax));
+  const uint64_t held = d.slab_bytes.load() + d.vmm_bytes.load() + d.fence_bytes.load();
+  const uint64_t room = d.capacity > held ? RoundUp(d.capacity - held, granularity) : 0;
+  want = std::max(least, std::min(want, room));
+  cuda::ScopedDevice on(d.info.ordinal);
+  if (!on.status().ok()) return on.status();
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = d.info.ordinal;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle handle = 0;
+  absl::Status created = (*api)->Check((*api)->cuMemCreate(&handle, want, &prop, 0), "cuMemCreate");
+  if (!created.ok() &&
+      want > least) {  // the device is fuller than our books say: the least will do
+    want = least;
+    created = (*api)->Check((*api)->cuMemCreate(&handle, want, &prop, 0), "cuMemCreate");
+  }
+  if (!created.ok()) {
+    if (created.code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(StrCat("out of memory on ", d.info.uuid,
+                                                 ": cuMemCreate of a ", want,
+                                                 "-byte slab for tenant '", tenant, "' failed"));
+    }
+    return created;
+  }
+  auto slab = std::make_shared<Slab>(want);
+  slab->tenant = tenant;
+  slab->device = &d;
+  slab->api = *api;
+  slab->handle = handle;
+  int fd = -1;
+  if (auto s = slab->api->Check(slab->api->cuMemExportToShareableHandle(
+                                    &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                                "cuMemExportToShareableHandle (slab)");
+      !s.ok()) {
+    return s;  // the slab releases the handle
+  }
+  slab->exported.reset(fd);
+  {
+    absl::MutexLock ids(&mu_);
+    slab->id = next_pool_id_++;
+    slabs_by_id_[slab->id] = slab;
+  }
+  d.slab_bytes += want;
+  spdlog::info("cuda-arena: slab {} of {} for tenant '{}' on {} (arena now {})", slab->id,
+               FormatBytes(want), tenant, d.info.uuid, FormatBytes(arena_bytes + want));
+  return slab;
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateFromArena(
+    Device& d, const AllocationRequest& req) {
+  std::shared_ptr<Arena> arena = ArenaFor(d, req.tenant);
+  auto fences = FencesFor(d, req.tenant);
+  if (!fences.ok()) return fences.status();
+  const std::optional<uint32_t> slot = (*fences)->Take();
+  if (!slot) {
+    return absl::ResourceExhaustedError(StrCat("tenant '", req.tenant,
+                                               "' has too many live buffers on ", d.info.uuid,
+                                               " (no fence slot left)"));
+  }
+  const uint64_t size = RoundUp(req.size, kPoolAlignment);
+  std::shared_ptr<Slab> slab;
+  uint64_t offset = 0;
+  {
+    absl::MutexLock lock(&arena->mu);
+    for (const auto& s : arena->slabs) {
+      if (auto o = s->ranges.Allocate(size)) {
+        slab = s;
+        offset = *o;
+        break;
+      }
+    }
+    if (!slab) {
+      auto made = NewSlab(d, req.tenant, arena->bytes, size);
+      if (!made.ok()) {
+        (*fences)->Give(*slot);
+        return made.status();
+      }
+      slab = *made;
+      arena->slabs.push_back(slab);
+      arena->bytes += slab->size;
+      offset = slab->ranges.Allocate(size).value();  // a new slab has room for it
+    }
+  }
+  d.arena_used += size;
+  ImportInfo info;
+  info.kind = ImportKind::kCudaArena;
+  info.pool_id = slab->id;
+  info.offset = offset;
+  info.mapped_size = size;
+  info.device_uuid = d.info.uuid;
+  info.fence_pool_id = (*fences)->id;
+  info.fence_offset = uint64_t{*slot} * kFenceBytes;
+  info.fence_value = FenceValue();
+  return std::make_unique<ArenaBuffer>(std::move(arena), std::move(slab), *fences, *slot,
+                                       std::move(info));
+}
+
 absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
     Device& d, const AllocationRequest& req) {
   auto api_or = cuda::DriverApi::Get();
@@ -466,12 +660,20 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
 absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view tenant) {
   std::shared_ptr<Pool> p;
   std::shared_ptr<FencePage> fences;
+  std::shared_ptr<Slab> slab;
   {
     absl::MutexLock lock(&mu_);
+    auto s = slabs_by_id_.find(pool);
+    if (s != slabs_by_id_.end() && s->second->tenant == tenant) slab = s->second;
     auto it = pools_by_id_.find(pool);
     if (it != pools_by_id_.end() && it->second->tenant == tenant) p = it->second;
     auto f = fences_by_id_.find(pool);
     if (f != fences_by_id_.end() && f->second->tenant == tenant) fences = f->second;
+  }
+  if (slab) {
+    auto fd = DupFd(slab->exported.get());
+    if (!fd.ok()) return fd.status();
+    return FdGrant{std::move(*fd), FdKind::kCudaSlab, slab->size, slab->device->info.uuid};
   }
   if (fences) {
     auto fd = DupFd(fences->exported.get());
@@ -500,8 +702,8 @@ DeviceUsage CudaBackend::Usage(int device) const {
     u.used_bytes += PoolAttribute(p, cudaMemPoolAttrUsedMemCurrent);
   }
   const uint64_t vmm = d.vmm_bytes.load();
-  u.reserved_bytes += vmm + d.fence_bytes.load();
-  u.used_bytes += vmm;
+  u.reserved_bytes += vmm + d.fence_bytes.load() + d.slab_bytes.load();
+  u.used_bytes += vmm + d.arena_used.load();
   size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
     u.free_bytes = free;
