@@ -17,7 +17,7 @@ DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
   const std::string daemon =
       (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpubrokerd").string();
   std::vector<std::string> argv = {daemon, "--socket-dir", dir_,  "--metrics-address",
-                                   "",     "--log-level",  "warn"};
+                                   "",     "--log-level",  "info"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> raw;
   for (auto& a : argv) raw.push_back(a.data());

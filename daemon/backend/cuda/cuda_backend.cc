@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -112,6 +113,8 @@ namespace {
 constexpr uint64_t kPoolAlignment = 512;
 constexpr uint64_t kSlabMin = uint64_t{64} << 20;
 constexpr uint64_t kSlabMax = uint64_t{2} << 30;
+// VMM allocations slower than this are logged, with where the time went.
+constexpr auto kSlowAllocation = std::chrono::milliseconds(20);
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kFenceBytes = 8;
 
@@ -631,6 +634,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
   prop.location.id = d.info.ordinal;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle handle = 0;
+  const auto start = std::chrono::steady_clock::now();
   if (auto s = api->Check(api->cuMemCreate(&handle, size, &prop, 0), "cuMemCreate"); !s.ok()) {
     if (s.code() == absl::StatusCode::kResourceExhausted) {
       return absl::ResourceExhaustedError(
@@ -638,6 +642,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
     }
     return s;
   }
+  const auto created = std::chrono::steady_clock::now();
   int fd = -1;
   if (auto s = api->Check(api->cuMemExportToShareableHandle(
                               &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
@@ -645,6 +650,12 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
       !s.ok()) {
     api->cuMemRelease(handle);
     return s;
+  }
+  const auto end = std::chrono::steady_clock::now();
+  if (end - start > kSlowAllocation) {
+    spdlog::info("cuda-vmm: {} on {} took {:.1f} ms (cuMemCreate {:.1f} ms)", FormatBytes(size),
+                 d.info.uuid, std::chrono::duration<double, std::milli>(end - start).count(),
+                 std::chrono::duration<double, std::milli>(created - start).count());
   }
   ImportInfo info;
   info.kind = ImportKind::kCudaVmm;
