@@ -218,5 +218,39 @@ TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
   EXPECT_EQ(backend->Usage(0).used_bytes, 0u);
 }
 
+// cuda-vmm: a freed tenant-private allocation waits for its tenant's next
+// buffer of the same size; one shared across tenants is never reused.
+TEST(BackendTest_cuda_vmm, FreedAllocationsAreReusedByTheirTenantOnly) {
+  std::unique_ptr<Backend> backend;
+  std::string why = "this build has no CUDA backend";
+  for (const auto& b : BackendsUnderTest()) {
+    if (b.name == "cuda_vmm") backend = b.make(&why);
+  }
+  if (!backend) GTEST_SKIP() << why;
+  constexpr uint64_t kSize = uint64_t{6} << 20;
+  auto reserved = [&] { return backend->Usage(0).reserved_bytes; };
+  const uint64_t r0 = reserved();
+  auto a = backend->Allocate({0, "t", kSize, false});
+  ASSERT_TRUE(a.ok()) << a.status();
+  const uint64_t size = (*a)->reserved_size();
+  EXPECT_EQ(reserved(), r0 + size);
+  a->reset();
+  EXPECT_EQ(backend->Usage(0).used_bytes, 0u);
+  EXPECT_EQ(reserved(), r0 + size) << "kept for the tenant";
+  auto again = backend->Allocate({0, "t", kSize, false});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(reserved(), r0 + size) << "the kept allocation came back";
+  auto fd = (*again)->ExportFd();
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  auto other = backend->Allocate({0, "u", kSize, false});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(reserved(), r0 + 2 * size) << "never another tenant's";
+  auto shared = backend->Allocate({0, "t", kSize, true});
+  ASSERT_TRUE(shared.ok());
+  const uint64_t with_shared = reserved();
+  shared->reset();
+  EXPECT_EQ(reserved(), with_shared - size) << "a cross-tenant share is not kept";
+}
+
 }  // namespace
 }  // namespace gpubroker
