@@ -274,9 +274,13 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
   auto client = Client::connect(socket_dir, {"bench-peer"});
   cudaMemPool_t bare_pool = nullptr;
   PeerState state;
-  auto write_and_sync = [&](void* p) {
+  // B's write once it has the buffer; its duration (ns), which includes the
+  // stream's wait on the fence for a broker buffer.
+  auto write_and_sync = [&](void* p) -> uint64_t {
+    const uint64_t t = NowNs();
     Throw(cudaMemsetAsync(p, 1, 4, stream), "cudaMemsetAsync");
     Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return NowNs() - t;
   };
   for (;;) {
     UniqueFd got;
@@ -301,7 +305,7 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         oo.stream = stream;
         state.buffer.emplace(client.open(static_cast<BufferId>(m.a), oo));
         reply.a = NowNs() - t0;
-        write_and_sync(state.buffer->data());
+        reply.b = write_and_sync(state.buffer->data());
         break;
       }
       case kBarePool: {
@@ -309,7 +313,7 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         std::memcpy(&data, m.data, sizeof(data));
         Throw(cudaMemPoolImportPointer(&state.bare, bare_pool, &data), "cudaMemPoolImportPointer");
         reply.a = NowNs() - t0;
-        write_and_sync(state.bare);
+        reply.b = write_and_sync(state.bare);
         break;
       }
       case kBareVmm: {
@@ -330,7 +334,7 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         Throw(api.Check(api.cuMemSetAccess(state.vmm, m.a, &access, 1), "cuMemSetAccess"));
         reply.a = NowNs() - t0;
-        write_and_sync(reinterpret_cast<void*>(state.vmm));
+        reply.b = write_and_sync(reinterpret_cast<void*>(state.vmm));
         break;
       }
       case kOpenWait: {
@@ -415,8 +419,9 @@ int RunCuda(const Options& o) {
   };
 
   // One broker share of `size`: Allocate + seal in A, Open + map in B, B writes.
+  Samples unused;
   auto broker_share = [&](uint64_t size, Samples& total, Samples& open, Samples& allocate,
-                          Samples& seal) {
+                          Samples& seal, Samples& write) {
     const auto t0 = std::chrono::steady_clock::now();
     Buffer b = client.allocate(size);
     allocate.us.push_back(ElapsedUs(t0));
@@ -429,11 +434,13 @@ int RunCuda(const Options& o) {
     const Msg r = Ask(peer.fd(), m);
     total.us.push_back(ElapsedUs(t0));
     open.us.push_back(static_cast<double>(r.a) / 1e3);
+    write.us.push_back(static_cast<double>(r.b) / 1e3);
     ReleasePeer(peer.fd());
     b.release();
   };
   // The same by hand with a bare pool: alloc + export in A, import in B.
-  auto bare_pool_share = [&](uint64_t size, Samples& total, Samples& a_side, Samples& import) {
+  auto bare_pool_share = [&](uint64_t size, Samples& total, Samples& a_side, Samples& import,
+                             Samples& write) {
     const auto t0 = std::chrono::steady_clock::now();
     void* p = nullptr;
     Throw(cudaMallocFromPoolAsync(&p, size, pool, stream), "cudaMallocFromPoolAsync");
@@ -446,6 +453,7 @@ int RunCuda(const Options& o) {
     const Msg r = Ask(peer.fd(), m);
     total.us.push_back(ElapsedUs(t0));
     import.us.push_back(static_cast<double>(r.a) / 1e3);
+    write.us.push_back(static_cast<double>(r.b) / 1e3);
     ReleasePeer(peer.fd());
     Throw(cudaFreeAsync(p, stream), "cudaFreeAsync");
     Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -486,9 +494,11 @@ int RunCuda(const Options& o) {
   Samples& open64 = add("  of which B's Open+map (64 MiB, sealed)");
   Samples& alloc64 = add("  of which A's Allocate (and its own map)");
   Samples& seal64 = add("  of which A's seal");
+  Samples& write64 = add("  of which B's write+sync (its stream waits on the fence)");
   Samples& bare_pool_total = add("bare pool: alloc+export in A, import+write in B, 64 MiB");
   Samples& bare_pool_a = add("  of which A's alloc+export (bare)");
   Samples& bare_pool_import = add("  of which B's import (bare)");
+  Samples& bare_pool_write = add("  of which B's write+sync (bare)");
   Samples& bare_vmm64 = add("bare VMM: export in A, import+map+write in B, 64 MiB");
   Samples& bare_vmm64_map = add("  of which B's import+map (bare, 64 MiB)");
   Samples& bare_vmm64_create = add("  and before it, cuMemCreate in A (untimed above)");
@@ -500,7 +510,7 @@ int RunCuda(const Options& o) {
   for (int i = 0; i < o.warmup + n64; ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
-    Samples scratch[14];
+    Samples scratch[16];
     for (int c : order) {
       static const char* const kCase[] = {"echo",
                                           "Allocate 64 MiB",
@@ -523,11 +533,13 @@ int RunCuda(const Options& o) {
         }
         case 2:
           broker_share(64 * kMiB, keep ? share64 : scratch[2], keep ? open64 : scratch[3],
-                       keep ? alloc64 : scratch[10], keep ? seal64 : scratch[11]);
+                       keep ? alloc64 : scratch[10], keep ? seal64 : scratch[11],
+                       keep ? write64 : scratch[14]);
           break;
         case 3:
           bare_pool_share(64 * kMiB, keep ? bare_pool_total : scratch[4],
-                          keep ? bare_pool_a : scratch[5], keep ? bare_pool_import : scratch[6]);
+                          keep ? bare_pool_a : scratch[5], keep ? bare_pool_import : scratch[6],
+                          keep ? bare_pool_write : scratch[15]);
           break;
         case 4:
           bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[7],
@@ -587,7 +599,7 @@ int RunCuda(const Options& o) {
       const bool keep = i >= 2;
       watchdog.Step(StrCat(s, " iteration ", i, ": broker share"));
       broker_share(big.size, keep ? share : w[0], keep ? open : w[1], keep ? allocate : w[4],
-                   keep ? seal : w[5]);
+                   keep ? seal : w[5], unused);
       watchdog.Step(StrCat(s, " iteration ", i, ": bare VMM share"));
       bare_vmm_share(big.size, keep ? vmm : w[2], keep ? vmm_map : w[3], keep ? vmm_create : w[6]);
     }
