@@ -420,13 +420,16 @@ int RunCuda(const Options& o) {
 
   // One broker share of `size`: Allocate + seal in A, Open + map in B, B writes.
   Samples unused;
+  // `flush`: A queries its stream after the seal, which makes the driver
+  // submit the fence write at once (a variant, to show what a late write costs).
   auto broker_share = [&](uint64_t size, Samples& total, Samples& open, Samples& allocate,
-                          Samples& seal, Samples& write) {
+                          Samples& seal, Samples& write, bool flush = false) {
     const auto t0 = std::chrono::steady_clock::now();
     Buffer b = client.allocate(size);
     allocate.us.push_back(ElapsedUs(t0));
     const auto t1 = std::chrono::steady_clock::now();
     b.seal(stream);
+    if (flush) (void)cudaStreamQuery(stream);
     seal.us.push_back(ElapsedUs(t1));
     Msg m;
     m.op = kBrokerOpen;
@@ -495,6 +498,8 @@ int RunCuda(const Options& o) {
   Samples& alloc64 = add("  of which A's Allocate (and its own map)");
   Samples& seal64 = add("  of which A's seal");
   Samples& write64 = add("  of which B's write+sync (its stream waits on the fence)");
+  Samples& flush64 = add("  variant: A queries its stream after the seal (total)");
+  Samples& flush64_write = add("    of which B's write+sync");
   Samples& bare_pool_total = add("bare pool: alloc+export in A, import+write in B, 64 MiB");
   Samples& bare_pool_a = add("  of which A's alloc+export (bare)");
   Samples& bare_pool_import = add("  of which B's import (bare)");
@@ -505,12 +510,12 @@ int RunCuda(const Options& o) {
   Samples& ping = add("A <-> B round trip (bare Unix socket)");
   Samples& seal_wait = add("seal + wait: A seals, B's Open(wait)+stream wait return");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7};
   const int n64 = o.iterations;
   for (int i = 0; i < o.warmup + n64; ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
-    Samples scratch[16];
+    Samples scratch[18];
     for (int c : order) {
       static const char* const kCase[] = {"echo",
                                           "Allocate 64 MiB",
@@ -518,7 +523,8 @@ int RunCuda(const Options& o) {
                                           "bare pool share",
                                           "bare VMM share",
                                           "seal + wait",
-                                          "ping"};
+                                          "ping",
+                                          "broker share 64 MiB, flushed"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -564,6 +570,10 @@ int RunCuda(const Options& o) {
           b.release();
           break;
         }
+        case 7:
+          broker_share(64 * kMiB, keep ? flush64 : scratch[16], unused, unused, unused,
+                       keep ? flush64_write : scratch[17], true);
+          break;
         case 6: {
           const auto t0 = std::chrono::steady_clock::now();
           Msg m;

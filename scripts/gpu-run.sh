@@ -15,7 +15,7 @@ status=0
   python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch: none"
 } | tee "$out/machine.txt"
 
-echo "== typed backend suites on cuda-pool and cuda-vmm"
+echo "== typed backend suites on cuda-arena, cuda-pool and cuda-vmm"
 gpubroker_unit_tests --gtest_filter='*cuda*' >"$out/unit-cuda.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/unit-cuda.log" | sort | uniq -c | sed 's/^/  /'
 grep -E "^\[  FAILED  \]" "$out/unit-cuda.log" | head -20
