@@ -114,9 +114,11 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   v1::Call call;
   *call.mutable_allocate() = req;
   v1::Reply reply;
-  if (impl_->Call(std::move(call), &reply)) {
+  const uint64_t quick = impl_->quick_allocation_limit();
+  const bool slow = options.share_with.size() > 0 || (quick != 0 && size >= quick);
+  if (!slow && impl_->Call(std::move(call), &reply)) {
     resp = std::move(*reply.mutable_allocate());
-  } else {  // a request too large for a session frame
+  } else {  // slow (a new VMM allocation), or too large for a session frame
     grpc::ClientContext ctx;
     impl_->Prepare(ctx);
     grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);

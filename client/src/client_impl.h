@@ -99,6 +99,10 @@ class ClientImpl {
   std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id);
 
   const SessionInfo& session() const { return session_; }
+  /// Allocations at or above this size go through gRPC (0: none do).
+  uint64_t quick_allocation_limit() const {
+    return session_channel_->welcome().quick_allocation_limit();
+  }
   const std::string& socket_dir() const { return socket_dir_; }
 
   /// Throws the typed Error for a failed call.

@@ -252,6 +252,8 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   w->set_daemon_version(kVersion);
   w->set_backend(std::string(registry_.backend().name()));
   w->set_protocol_version(kProtocolVersion);
+  const uint64_t quick = registry_.backend().QuickAllocationLimit();
+  w->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
   return SendFrame(c, reply);
 }
 

@@ -170,6 +170,9 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
 
   owner.Kill9();
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 3; }));
+  // The session leaves the books first; its memory and the reclaim counter follow.
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_reclaimed_bytes_total") > reclaimed0; }));
   // Gone: the owner's pool and VMM buffers. Kept: the shared one (importer's lease).
   const uint64_t after_owner = Device0(observer)["used_bytes"].get<uint64_t>() - base;
   const double reclaimed1 = daemon.Metric("gpubroker_reclaimed_bytes_total");
@@ -183,6 +186,8 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 2; }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_reclaimed_bytes_total") > reclaimed1; }));
   const uint64_t after_importer = Device0(observer)["used_bytes"].get<uint64_t>() - base;
   const double reclaimed2 = daemon.Metric("gpubroker_reclaimed_bytes_total");
   EXPECT_EQ(after_owner - after_importer, static_cast<uint64_t>(reclaimed2 - reclaimed1));

@@ -32,6 +32,10 @@ TEST(Reclaim, SigkillOfAnOwnerReclaimsExactlyItsBytes) {
 
   victim.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(bystander) == 1; })) << "session not ended";
+  // The session leaves the books first; its memory and the reclaim counter follow.
+  ASSERT_TRUE(Eventually([&] {
+    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= 4 * kMiB;
+  }));
   EXPECT_EQ(UsedBytes(bystander), 2 * kMiB);
   EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, 4 * kMiB);
   EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 1);
@@ -59,6 +63,9 @@ TEST(Reclaim, SigkillOfAnImporterReclaimsExactlyItsBytes) {
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(owner) == 1; }));
+  ASSERT_TRUE(Eventually([&] {
+    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= 3 * kMiB;
+  }));
   EXPECT_EQ(UsedBytes(owner), 1 * kMiB);
   EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, 3 * kMiB);
   EXPECT_EQ(daemon.Metric("gpubroker_allocated_bytes{device=\"host\",tenant=\"uid-" +

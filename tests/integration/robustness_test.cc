@@ -306,6 +306,7 @@ TEST_F(Robustness, CallsOnTheSessionSocketAreCheckedLikeGrpcCalls) {
   Write(fd.get(), HelloFrame());
   auto welcome = ReadFrame(fd.get());
   ASSERT_TRUE(welcome && welcome->has_welcome());
+  EXPECT_EQ(welcome->welcome().quick_allocation_limit(), 0u) << "host allocations are all quick";
   uint64_t next_id = 10;
   // One call, one answer with the same request id: a Reply, or an ErrorFrame's code.
   auto exchange = [&](v1::Call c) -> std::pair<int, v1::Reply> {

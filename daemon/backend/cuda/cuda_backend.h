@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req) override;
   absl::StatusOr<FdGrant> ExportPool(PoolId pool, std::string_view tenant) override;
   DeviceUsage Usage(int device) const override;
+  uint64_t QuickAllocationLimit() const override { return options_.vmm_threshold; }
 
   struct Device;
   struct Pool;
