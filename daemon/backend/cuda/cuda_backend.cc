@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "common/cuda/cuda_util.h"
 #include "common/strings.h"
@@ -18,6 +19,77 @@
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
+namespace {
+
+// One VMM allocation with a POSIX-fd handle, exported once: what fence pages,
+// arena slabs and VMM buffers are made of. Releases the allocation when it
+// goes (importers' mappings keep the memory until they unmap).
+class ExportedVmm {
+ public:
+  /// cuMemCreate + cuMemExportToShareableHandle of `size` bytes (a multiple
+  /// of the granularity) on device `ordinal`; RESOURCE_EXHAUSTED when full.
+  static absl::StatusOr<ExportedVmm> Create(const cuda::DriverApi* api, int ordinal, uint64_t size,
+                                            std::string_view what) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    ExportedVmm m;
+    m.api_ = api;
+    m.size_ = size;
+    if (auto s = api->Check(api->cuMemCreate(&m.handle_, size, &prop, 0),
+                            StrCat("cuMemCreate (", what, ")"));
+        !s.ok()) {
+      m.handle_ = 0;
+      return s;
+    }
+    int fd = -1;
+    if (auto s = api->Check(api->cuMemExportToShareableHandle(
+                                &fd, m.handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                            StrCat("cuMemExportToShareableHandle (", what, ")"));
+        !s.ok()) {
+      return s;
+    }
+    m.fd_.reset(fd);
+    return m;
+  }
+
+  ExportedVmm() = default;
+  ExportedVmm(ExportedVmm&& o) noexcept
+      : api_(o.api_), handle_(std::exchange(o.handle_, 0)), fd_(std::move(o.fd_)), size_(o.size_) {}
+  ExportedVmm& operator=(ExportedVmm&& o) noexcept {
+    if (this != &o) {
+      Release();
+      api_ = o.api_;
+      handle_ = std::exchange(o.handle_, 0);
+      fd_ = std::move(o.fd_);
+      size_ = o.size_;
+    }
+    return *this;
+  }
+  ~ExportedVmm() { Release(); }
+
+  int fd() const { return fd_.get(); }
+  uint64_t size() const { return size_; }
+
+ private:
+  void Release() {
+    fd_.reset();
+    if (handle_ == 0) return;
+    if (auto s = api_->Check(api_->cuMemRelease(handle_), "cuMemRelease"); !s.ok()) {
+      spdlog::error("cuda: {}", std::string(View(s.message())));
+    }
+    handle_ = 0;
+  }
+
+  const cuda::DriverApi* api_ = nullptr;
+  CUmemGenericAllocationHandle handle_ = 0;
+  UniqueFd fd_;
+  uint64_t size_ = 0;
+};
+
+}  // namespace
 
 struct CudaBackend::Device {
   CudaDevice info;
@@ -36,31 +108,22 @@ struct CudaBackend::Device {
   // Freed VMM allocations of tenant-private buffers, by tenant and size, for
   // that tenant's next allocation of the same size (a new one of 40 GiB costs
   // ~0.15 s); dropped when the device needs the room.
-  struct CachedVmm {
-    CUmemGenericAllocationHandle handle = 0;
-    UniqueFd exported;
-  };
-  std::map<std::string, std::multimap<uint64_t, CachedVmm>> vmm_cache ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::multimap<uint64_t, ExportedVmm>> vmm_cache ABSL_GUARDED_BY(mu);
   std::atomic<uint64_t> vmm_cached{0};
-  const cuda::DriverApi* api = nullptr;  // for releasing cached allocations
 
   /// Releases every cached VMM allocation; what it gave back.
   uint64_t DropVmmCache() {
-    std::map<std::string, std::multimap<uint64_t, CachedVmm>> gone;
+    std::map<std::string, std::multimap<uint64_t, ExportedVmm>> gone;
     {
       absl::MutexLock lock(&mu);
       gone.swap(vmm_cache);
     }
     uint64_t bytes = 0;
-    for (auto& [tenant, sizes] : gone) {
-      for (auto& [size, c] : sizes) {
-        c.exported.reset();
-        api->cuMemRelease(c.handle);
-        bytes += size;
-      }
+    for (const auto& [tenant, sizes] : gone) {
+      for (const auto& [size, memory] : sizes) bytes += size;
     }
     vmm_cached -= bytes;
-    return bytes;
+    return bytes;  // `gone` releases them here, outside the lock
   }
   std::map<std::string, std::shared_ptr<FencePage>> fences ABSL_GUARDED_BY(mu);
 };
@@ -82,18 +145,11 @@ struct CudaBackend::FencePage {
   PoolId id = 0;
   std::string tenant;
   Device* device = nullptr;
-  const cuda::DriverApi* api = nullptr;
-  CUmemGenericAllocationHandle handle = 0;
-  UniqueFd exported;
-  uint64_t size = 0;
+  ExportedVmm memory;
   absl::Mutex mu;
   std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
   uint32_t next_slot ABSL_GUARDED_BY(mu) = 0;
 
-  ~FencePage() {
-    exported.reset();
-    if (handle != 0) api->cuMemRelease(handle);
-  }
   std::optional<uint32_t> Take() {
     absl::MutexLock lock(&mu);
     if (!free_slots.empty()) {
@@ -101,7 +157,7 @@ struct CudaBackend::FencePage {
       free_slots.pop_back();
       return s;
     }
-    if (uint64_t{next_slot} * 8 >= size) return std::nullopt;
+    if (uint64_t{next_slot} * 8 >= memory.size()) return std::nullopt;
     return next_slot++;
   }
   void Give(uint32_t slot) {
@@ -116,17 +172,10 @@ struct CudaBackend::Slab {
   PoolId id = 0;
   std::string tenant;
   Device* device = nullptr;
-  const cuda::DriverApi* api = nullptr;
-  CUmemGenericAllocationHandle handle = 0;
-  UniqueFd exported;
-  uint64_t size;
+  ExportedVmm memory;
   RangeAllocator ranges;  // under the arena's lock
 
-  explicit Slab(uint64_t bytes) : size(bytes), ranges(bytes) {}
-  ~Slab() {
-    exported.reset();
-    if (handle != 0) api->cuMemRelease(handle);
-  }
+  explicit Slab(ExportedVmm m) : memory(std::move(m)), ranges(memory.size()) {}
 };
 
 // A tenant's slabs on one device.
@@ -204,12 +253,9 @@ class VmmBuffer final : public BackendBuffer {
  public:
   /// `cache_as`: the tenant whose cache takes the allocation back when the
   /// buffer goes; empty for a buffer shared across tenants (never reused).
-  VmmBuffer(CudaBackend::Device* device, const cuda::DriverApi* api,
-            CUmemGenericAllocationHandle handle, UniqueFd fd, ImportInfo info, std::string cache_as)
+  VmmBuffer(CudaBackend::Device* device, ExportedVmm memory, ImportInfo info, std::string cache_as)
       : device_(device),
-        api_(api),
-        handle_(handle),
-        fd_(std::move(fd)),
+        memory_(std::move(memory)),
         info_(std::move(info)),
         cache_as_(std::move(cache_as)) {}
   ~VmmBuffer() override;
@@ -217,16 +263,14 @@ class VmmBuffer final : public BackendBuffer {
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
   absl::StatusOr<FdGrant> ExportFd() override {
-    auto fd = DupFd(fd_.get());
+    auto fd = DupFd(memory_.fd());
     if (!fd.ok()) return fd.status();
     return FdGrant{std::move(*fd), FdKind::kCudaVmm, info_.mapped_size, info_.device_uuid};
   }
 
  private:
   CudaBackend::Device* device_;
-  const cuda::DriverApi* api_;
-  CUmemGenericAllocationHandle handle_;
-  UniqueFd fd_;
+  ExportedVmm memory_;
   ImportInfo info_;
   std::string cache_as_;
 };
@@ -293,18 +337,12 @@ VmmBuffer::~VmmBuffer() {
   device_->vmm_bytes -= size;
   // Kept for the tenant's next buffer of this size while the device has room
   // for it beside what is lent; the fd goes with it (only this tenant's
-  // sessions ever received dups of it).
+  // sessions ever received dups of it). Otherwise memory_ releases it.
   if (!cache_as_.empty() &&
       device_->used.load() + device_->vmm_cached.load() + size <= device_->capacity) {
     absl::MutexLock lock(&device_->mu);
-    device_->vmm_cache[cache_as_].emplace(size,
-                                          CudaBackend::Device::CachedVmm{handle_, std::move(fd_)});
+    device_->vmm_cache[cache_as_].emplace(size, std::move(memory_));
     device_->vmm_cached += size;
-    return;
-  }
-  fd_.reset();
-  if (auto s = api_->Check(api_->cuMemRelease(handle_), "cuMemRelease"); !s.ok()) {
-    spdlog::error("cuda-vmm: {}", std::string(View(s.message())));
   }
 }
 
@@ -333,7 +371,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     auto d = std::make_unique<Device>();
     d->info = std::move(devices[i]);
     d->index = static_cast<int>(i);
-    d->api = *api;
     auto capacity = ParsePoolBytes(options.pool_bytes, d->info.total_bytes);
     if (!capacity.ok()) return capacity.status();
     d->capacity = *capacity;
@@ -438,37 +475,20 @@ absl::StatusOr<std::shared_ptr<CudaBackend::FencePage>> CudaBackend::FencesFor(
   if (!api.ok()) return api.status();
   cuda::ScopedDevice on(d.info.ordinal);
   if (!on.status().ok()) return on.status();
+  auto memory = ExportedVmm::Create(
+      *api, d.info.ordinal, std::max<uint64_t>(d.info.vmm_granularity, 2 * kMiB), "fence page");
+  if (!memory.ok()) return memory.status();
   auto page = std::make_shared<FencePage>();
   page->tenant = tenant;
   page->device = &d;
-  page->api = *api;
-  page->size = std::max<uint64_t>(d.info.vmm_granularity, 2 * kMiB);
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = d.info.ordinal;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  if (auto s = page->api->Check(page->api->cuMemCreate(&page->handle, page->size, &prop, 0),
-                                "cuMemCreate (fence page)");
-      !s.ok()) {
-    page->handle = 0;
-    return s;
-  }
-  int fd = -1;
-  if (auto s = page->api->Check(page->api->cuMemExportToShareableHandle(
-                                    &fd, page->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                                "cuMemExportToShareableHandle (fence page)");
-      !s.ok()) {
-    return s;
-  }
-  page->exported.reset(fd);
+  page->memory = std::move(*memory);
   {
     absl::MutexLock ids(&mu_);
     page->id = next_pool_id_++;
     fences_by_id_[page->id] = page;
   }
   d.fences[tenant] = page;
-  d.fence_bytes += page->size;
+  d.fence_bytes += page->memory.size();
   return page;
 }
 
@@ -579,41 +599,24 @@ absl::StatusOr<std::shared_ptr<CudaBackend::Slab>> CudaBackend::NewSlab(Device& 
   want = std::max(least, std::min(want, room));
   cuda::ScopedDevice on(d.info.ordinal);
   if (!on.status().ok()) return on.status();
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = d.info.ordinal;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  CUmemGenericAllocationHandle handle = 0;
-  absl::Status created = (*api)->Check((*api)->cuMemCreate(&handle, want, &prop, 0), "cuMemCreate");
-  if (created.code() == absl::StatusCode::kResourceExhausted && d.DropVmmCache() > 0) {
-    created = (*api)->Check((*api)->cuMemCreate(&handle, want, &prop, 0), "cuMemCreate");
+  auto memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+  if (memory.status().code() == absl::StatusCode::kResourceExhausted && d.DropVmmCache() > 0) {
+    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
   }
-  if (!created.ok() && want > least) {  // fuller than our books say: the least will do
+  if (!memory.ok() && want > least) {  // fuller than our books say: the least will do
     want = least;
-    created = (*api)->Check((*api)->cuMemCreate(&handle, want, &prop, 0), "cuMemCreate");
+    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
   }
-  if (!created.ok()) {
-    if (created.code() == absl::StatusCode::kResourceExhausted) {
-      return absl::ResourceExhaustedError(StrCat("out of memory on ", d.info.uuid,
-                                                 ": cuMemCreate of a ", want,
+  if (!memory.ok()) {
+    if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(StrCat("out of memory on ", d.info.uuid, ": a ", want,
                                                  "-byte slab for tenant '", tenant, "' failed"));
     }
-    return created;
+    return memory.status();
   }
-  auto slab = std::make_shared<Slab>(want);
+  auto slab = std::make_shared<Slab>(std::move(*memory));
   slab->tenant = tenant;
   slab->device = &d;
-  slab->api = *api;
-  slab->handle = handle;
-  int fd = -1;
-  if (auto s = slab->api->Check(slab->api->cuMemExportToShareableHandle(
-                                    &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                                "cuMemExportToShareableHandle (slab)");
-      !s.ok()) {
-    return s;  // the slab releases the handle
-  }
-  slab->exported.reset(fd);
   {
     absl::MutexLock ids(&mu_);
     slab->id = next_pool_id_++;
@@ -656,7 +659,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateFromArena(
       }
       slab = *made;
       arena->slabs.push_back(slab);
-      arena->bytes += slab->size;
+      arena->bytes += slab->memory.size();
       offset = slab->ranges.Allocate(size).value();  // a new slab has room for it
     }
   }
@@ -676,66 +679,44 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateFromArena(
 
 absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
     Device& d, const AllocationRequest& req) {
-  auto api_or = cuda::DriverApi::Get();
-  if (!api_or.ok()) return api_or.status();
-  const cuda::DriverApi* api = *api_or;
+  auto api = cuda::DriverApi::Get();
+  if (!api.ok()) return api.status();
   const uint64_t size = RoundedSize(d.index, req.size, true);
   const std::string cache_as = req.isolated ? std::string() : req.tenant;
-  if (!cache_as.empty()) {
+  std::optional<ExportedVmm> memory;
+  if (!cache_as.empty()) {  // one of the tenant's own, kept from an earlier buffer
     absl::MutexLock lock(&d.mu);
-    auto t = d.vmm_cache.find(cache_as);
-    if (t != d.vmm_cache.end()) {
+    if (auto t = d.vmm_cache.find(cache_as); t != d.vmm_cache.end()) {
       if (auto c = t->second.find(size); c != t->second.end()) {
-        ImportInfo info;
-        info.kind = ImportKind::kCudaVmm;
-        info.mapped_size = size;
-        info.device_uuid = d.info.uuid;
-        info.fence_offset = FenceOffset(req.size);
-        info.fence_value = FenceValue();  // a new value: the old word never reads as ready
-        auto buffer = std::make_unique<VmmBuffer>(
-            &d, api, c->second.handle, std::move(c->second.exported), std::move(info), cache_as);
+        memory = std::move(c->second);
         t->second.erase(c);
         d.vmm_cached -= size;
-        d.vmm_bytes += size;
-        return buffer;
       }
     }
   }
-  // Lent plus cached may not pass the capacity (`used` includes this request).
-  if (d.used.load() + d.vmm_cached.load() > d.capacity) d.DropVmmCache();
-  cuda::ScopedDevice on(d.info.ordinal);
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = d.info.ordinal;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  CUmemGenericAllocationHandle handle = 0;
-  const auto start = std::chrono::steady_clock::now();
-  absl::Status made = api->Check(api->cuMemCreate(&handle, size, &prop, 0), "cuMemCreate");
-  if (made.code() == absl::StatusCode::kResourceExhausted && d.DropVmmCache() > 0) {
-    made = api->Check(api->cuMemCreate(&handle, size, &prop, 0), "cuMemCreate");
-  }
-  if (auto s = made; !s.ok()) {
-    if (s.code() == absl::StatusCode::kResourceExhausted) {
-      return absl::ResourceExhaustedError(
-          StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
+  if (!memory) {
+    // Lent plus kept may not pass the capacity (`used` includes this request).
+    if (d.used.load() + d.vmm_cached.load() > d.capacity) d.DropVmmCache();
+    cuda::ScopedDevice on(d.info.ordinal);
+    if (!on.status().ok()) return on.status();
+    const auto start = std::chrono::steady_clock::now();
+    auto made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
+    if (made.status().code() == absl::StatusCode::kResourceExhausted && d.DropVmmCache() > 0) {
+      made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
     }
-    return s;
-  }
-  const auto created = std::chrono::steady_clock::now();
-  int fd = -1;
-  if (auto s = api->Check(api->cuMemExportToShareableHandle(
-                              &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                          "cuMemExportToShareableHandle");
-      !s.ok()) {
-    api->cuMemRelease(handle);
-    return s;
-  }
-  const auto end = std::chrono::steady_clock::now();
-  if (end - start > kSlowAllocation) {
-    spdlog::info("cuda-vmm: {} on {} took {:.1f} ms (cuMemCreate {:.1f} ms)", FormatBytes(size),
-                 d.info.uuid, std::chrono::duration<double, std::milli>(end - start).count(),
-                 std::chrono::duration<double, std::milli>(created - start).count());
+    if (!made.ok()) {
+      if (made.status().code() == absl::StatusCode::kResourceExhausted) {
+        return absl::ResourceExhaustedError(
+            StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
+      }
+      return made.status();
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (took > kSlowAllocation) {
+      spdlog::info("cuda-vmm: a new {} on {} took {:.1f} ms", FormatBytes(size), d.info.uuid,
+                   std::chrono::duration<double, std::milli>(took).count());
+    }
+    memory = std::move(*made);
   }
   ImportInfo info;
   info.kind = ImportKind::kCudaVmm;
@@ -743,9 +724,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
   info.mapped_size = size;
   info.device_uuid = d.info.uuid;
   info.fence_offset = FenceOffset(req.size);
-  info.fence_value = FenceValue();
+  info.fence_value = FenceValue();  // new for every buffer: a kept word never reads as ready
   d.vmm_bytes += size;
-  return std::make_unique<VmmBuffer>(&d, api, handle, UniqueFd(fd), std::move(info), cache_as);
+  return std::make_unique<VmmBuffer>(&d, std::move(*memory), std::move(info), cache_as);
 }
 
 absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view tenant) {
@@ -762,14 +743,15 @@ absl::StatusOr<FdGrant> CudaBackend::ExportPool(PoolId pool, std::string_view te
     if (f != fences_by_id_.end() && f->second->tenant == tenant) fences = f->second;
   }
   if (slab) {
-    auto fd = DupFd(slab->exported.get());
+    auto fd = DupFd(slab->memory.fd());
     if (!fd.ok()) return fd.status();
-    return FdGrant{std::move(*fd), FdKind::kCudaSlab, slab->size, slab->device->info.uuid};
+    return FdGrant{std::move(*fd), FdKind::kCudaSlab, slab->memory.size(), slab->device->info.uuid};
   }
   if (fences) {
-    auto fd = DupFd(fences->exported.get());
+    auto fd = DupFd(fences->memory.fd());
     if (!fd.ok()) return fd.status();
-    return FdGrant{std::move(*fd), FdKind::kCudaFences, fences->size, fences->device->info.uuid};
+    return FdGrant{std::move(*fd), FdKind::kCudaFences, fences->memory.size(),
+                   fences->device->info.uuid};
   }
   if (!p) return absl::NotFoundError(StrCat("no pool ", pool, " for this tenant"));
   auto fd = DupFd(p->exported.get());
