@@ -52,8 +52,9 @@ class CudaMapping : public Mapping {
   void* data() const override { return ptr_; }
 
   // The fence is a word of device memory: the producer sets it in stream
-  // order after its writes; a consumer's stream waits until it holds the value. (The default write
-  // orders the producer's earlier writes before it, as a release would.)
+  // order after its writes; a consumer's stream waits until it holds the
+  // value. (The default write orders the producer's earlier writes before it,
+  // as a release would.)
   void RecordReady(void* stream) override {
     const cuda::DriverApi& api = Driver();
     cuda::ScopedDevice on(device_);

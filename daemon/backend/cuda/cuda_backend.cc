@@ -219,15 +219,48 @@ uint64_t PoolAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr) {
   return static_cast<uint64_t>(value);
 }
 
+// A buffer's slot in its tenant's fence page, given back when it goes.
+class FenceSlot {
+ public:
+  /// A free slot of `page`; RESOURCE_EXHAUSTED when the tenant has none left.
+  static absl::StatusOr<FenceSlot> Take(std::shared_ptr<CudaBackend::FencePage> page,
+                                        const std::string& tenant, const std::string& uuid) {
+    const std::optional<uint32_t> slot = page->Take();
+    if (!slot) {
+      return absl::ResourceExhaustedError(StrCat(
+          "tenant '", tenant, "' has too many live buffers on ", uuid, " (no fence slot left)"));
+    }
+    return FenceSlot(std::move(page), *slot);
+  }
+
+  FenceSlot(FenceSlot&& o) noexcept : page_(std::move(o.page_)), slot_(o.slot_) {}
+  FenceSlot& operator=(FenceSlot&&) = delete;
+  ~FenceSlot() {
+    if (page_) page_->Give(slot_);
+  }
+
+  /// Where a buffer's fence word is, with a value of its own.
+  void Describe(ImportInfo& info) const {
+    info.fence_pool_id = page_->id;
+    info.fence_offset = uint64_t{slot_} * kFenceBytes;
+    info.fence_value = FenceValue();
+  }
+
+ private:
+  FenceSlot(std::shared_ptr<CudaBackend::FencePage> page, uint32_t slot)
+      : page_(std::move(page)), slot_(slot) {}
+
+  std::shared_ptr<CudaBackend::FencePage> page_;
+  uint32_t slot_;
+};
+
 // A buffer from a tenant's pool.
 class PoolBuffer final : public BackendBuffer {
  public:
-  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool,
-             std::shared_ptr<CudaBackend::FencePage> fences, uint32_t slot, void* ptr,
-             uint64_t reserved, ImportInfo info)
+  PoolBuffer(std::shared_ptr<CudaBackend::Pool> pool, FenceSlot fence, void* ptr, uint64_t reserved,
+             ImportInfo info)
       : pool_(std::move(pool)),
-        fences_(std::move(fences)),
-        slot_(slot),
+        fence_(std::move(fence)),
         ptr_(ptr),
         reserved_(reserved),
         info_(std::move(info)) {}
@@ -241,8 +274,7 @@ class PoolBuffer final : public BackendBuffer {
 
  private:
   std::shared_ptr<CudaBackend::Pool> pool_;
-  std::shared_ptr<CudaBackend::FencePage> fences_;
-  uint32_t slot_;
+  FenceSlot fence_;
   void* ptr_;
   uint64_t reserved_;
   ImportInfo info_;
@@ -279,11 +311,10 @@ class VmmBuffer final : public BackendBuffer {
 class ArenaBuffer final : public BackendBuffer {
  public:
   ArenaBuffer(std::shared_ptr<CudaBackend::Arena> arena, std::shared_ptr<CudaBackend::Slab> slab,
-              std::shared_ptr<CudaBackend::FencePage> fences, uint32_t slot, ImportInfo info)
+              FenceSlot fence, ImportInfo info)
       : arena_(std::move(arena)),
         slab_(std::move(slab)),
-        fences_(std::move(fences)),
-        slot_(slot),
+        fence_(std::move(fence)),
         info_(std::move(info)) {}
   ~ArenaBuffer() override;
 
@@ -297,8 +328,7 @@ class ArenaBuffer final : public BackendBuffer {
  private:
   std::shared_ptr<CudaBackend::Arena> arena_;
   std::shared_ptr<CudaBackend::Slab> slab_;
-  std::shared_ptr<CudaBackend::FencePage> fences_;
-  uint32_t slot_;
+  FenceSlot fence_;
   ImportInfo info_;
 };
 
@@ -311,7 +341,6 @@ ArenaBuffer::~ArenaBuffer() {
   }
   slab_->device->used -= info_.mapped_size;
   slab_->device->arena_used -= info_.mapped_size;
-  fences_->Give(slot_);
 }
 
 PoolBuffer::~PoolBuffer() {
@@ -328,7 +357,6 @@ PoolBuffer::~PoolBuffer() {
     }
   }
   d.used -= reserved_;
-  fences_->Give(slot_);
 }
 
 VmmBuffer::~VmmBuffer() {
@@ -524,12 +552,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
   if (!pool.ok()) return pool.status();
   auto fences = FencesFor(d, req.tenant);
   if (!fences.ok()) return fences.status();
-  const std::optional<uint32_t> slot = (*fences)->Take();
-  if (!slot) {
-    return absl::ResourceExhaustedError(StrCat("tenant '", req.tenant,
-                                               "' has too many live buffers on ", d.info.uuid,
-                                               " (no fence slot left)"));
-  }
+  auto fence = FenceSlot::Take(*std::move(fences), req.tenant, d.info.uuid);
+  if (!fence.ok()) return fence.status();
   void* ptr = nullptr;
   uint64_t reserved = 0;
   cudaMemPoolPtrExportData data{};
@@ -541,7 +565,6 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      (*fences)->Give(*slot);
       if (err == cudaErrorMemoryAllocation) {
         return absl::ResourceExhaustedError(
             StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
@@ -557,7 +580,6 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     if (err != cudaSuccess) {
       cudaFreeAsync(ptr, d.stream);
       cudaStreamSynchronize(d.stream);
-      (*fences)->Give(*slot);
       return cuda::RuntimeError(err, "cudaMemPoolExportPointer");
     }
   }
@@ -567,10 +589,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
   info.mapped_size = reserved;
   info.export_data.assign(reinterpret_cast<const char*>(&data), sizeof(data));
   info.device_uuid = d.info.uuid;
-  info.fence_pool_id = (*fences)->id;
-  info.fence_offset = uint64_t{*slot} * kFenceBytes;
-  info.fence_value = FenceValue();
-  return std::make_unique<PoolBuffer>(*pool, *fences, *slot, ptr, reserved, std::move(info));
+  fence->Describe(info);
+  return std::make_unique<PoolBuffer>(*pool, *std::move(fence), ptr, reserved, std::move(info));
 }
 
 std::shared_ptr<CudaBackend::Arena> CudaBackend::ArenaFor(Device& d, const std::string& tenant) {
@@ -633,12 +653,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateFromArena(
   std::shared_ptr<Arena> arena = ArenaFor(d, req.tenant);
   auto fences = FencesFor(d, req.tenant);
   if (!fences.ok()) return fences.status();
-  const std::optional<uint32_t> slot = (*fences)->Take();
-  if (!slot) {
-    return absl::ResourceExhaustedError(StrCat("tenant '", req.tenant,
-                                               "' has too many live buffers on ", d.info.uuid,
-                                               " (no fence slot left)"));
-  }
+  auto fence = FenceSlot::Take(*std::move(fences), req.tenant, d.info.uuid);
+  if (!fence.ok()) return fence.status();
   const uint64_t size = RoundUp(req.size, kPoolAlignment);
   std::shared_ptr<Slab> slab;
   uint64_t offset = 0;
@@ -653,10 +669,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateFromArena(
     }
     if (!slab) {
       auto made = NewSlab(d, req.tenant, arena->bytes, size);
-      if (!made.ok()) {
-        (*fences)->Give(*slot);
-        return made.status();
-      }
+      if (!made.ok()) return made.status();
       slab = *made;
       arena->slabs.push_back(slab);
       arena->bytes += slab->memory.size();
@@ -670,10 +683,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateFromArena(
   info.offset = offset;
   info.mapped_size = size;
   info.device_uuid = d.info.uuid;
-  info.fence_pool_id = (*fences)->id;
-  info.fence_offset = uint64_t{*slot} * kFenceBytes;
-  info.fence_value = FenceValue();
-  return std::make_unique<ArenaBuffer>(std::move(arena), std::move(slab), *fences, *slot,
+  fence->Describe(info);
+  return std::make_unique<ArenaBuffer>(std::move(arena), std::move(slab), *std::move(fence),
                                        std::move(info));
 }
 
