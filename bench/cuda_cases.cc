@@ -519,10 +519,15 @@ int RunCuda(const Options& o) {
     }
     for (int processes : o.processes) {
       watchdog.Step(StrCat("throughput with ", processes, " processes"));
-      throughput.push_back(&results.emplace_back(RunThroughput(
-          dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
-          StrCat("throughput: ", processes, " client process", processes == 1 ? "" : "es",
-                 ", allocate+release ", FormatBytes(o.small_size)))));
+      const std::string what = StrCat(processes, " client process", processes == 1 ? "" : "es",
+                                      ", allocate+release ", FormatBytes(o.small_size));
+      throughput.push_back(&results.emplace_back(
+          RunThroughput(dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
+                        StrCat("throughput: ", what))));
+      watchdog.Step(StrCat("throughput with ", processes, " processes, per-buffer path"));
+      results.push_back(RunThroughput(dir, processes, o.small_size,
+                                      std::chrono::milliseconds(o.throughput_ms),
+                                      StrCat("  daemon's per-buffer path: ", what), true));
     }
     std::fprintf(stderr, "gpubroker-bench: allocation cases done\n");
     PrintSection(results, section);

@@ -186,32 +186,50 @@ int RunHost(const Options& o) {
   }
 
   // In-process allocation speed: a small buffer's allocate + release against
-  // malloc + free of the same size, interleaved.
+  // malloc + free of the same size, and against the daemon's per-buffer path
+  // (a client that makes no buffer itself), interleaved.
   {
+    ConnectOptions per_buffer;
+    per_buffer.client_name = "bench-daemon-path";
+    per_buffer.suballocate = false;
+    auto daemon_client = Client::connect(dir, per_buffer);
     Samples& broker = results.emplace_back();
     broker.name = StrCat("in-process allocate+release, ", FormatBytes(o.small_size));
     broker.baseline = "malloc+free";
     Samples& libc = results.emplace_back();
     libc.name = StrCat("  malloc+free (glibc), ", FormatBytes(o.small_size));
+    Samples& rpc = results.emplace_back();
+    rpc.name = StrCat("  the daemon's per-buffer path (two calls), ", FormatBytes(o.small_size));
     const int n = o.iterations * 10;
     for (int i = 0; i < o.warmup * 10 + n; ++i) {
       const bool keep = i >= o.warmup * 10;
       const double a = AllocateReleasePair(client, o.small_size);
       const double b = MallocFreePair(o.small_size);
+      const double c = (i % 10 == 0) ? AllocateReleasePair(daemon_client, o.small_size) : -1;
       if (keep) {
         broker.us.push_back(a);
         libc.us.push_back(b);
+        if (c >= 0) rpc.us.push_back(c);
       }
     }
     broker.baseline_us = libc.p50();
   }
 
-  // Many clients at once: allocate + release pairs per second.
+  // Many clients at once: allocate + release pairs per second, against the
+  // same clients on the daemon's per-buffer path.
   for (int processes : o.processes) {
-    results.push_back(RunThroughput(
-        dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
-        StrCat("throughput: ", processes, " client process", processes == 1 ? "" : "es",
-               ", allocate+release ", FormatBytes(o.small_size))));
+    const std::string what = StrCat(processes, " client process", processes == 1 ? "" : "es",
+                                    ", allocate+release ", FormatBytes(o.small_size));
+    Samples ours =
+        RunThroughput(dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
+                      StrCat("throughput: ", what));
+    Samples theirs =
+        RunThroughput(dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
+                      StrCat("  daemon's per-buffer path: ", what), true);
+    ours.baseline = "per-buffer path (want >= 20x)";
+    ours.baseline_per_second = theirs.per_second;
+    results.push_back(std::move(ours));
+    results.push_back(std::move(theirs));
     std::fprintf(stderr, "gpubroker-bench: throughput with %d processes done\n", processes);
   }
   std::filesystem::remove(echo_path);
@@ -263,9 +281,9 @@ int main(int argc, char** argv) {
       return ServeCudaPeer(argv[2], std::atoi(argv[3]));
     if (argc >= 3 && std::strcmp(argv[1], "--serve-fence-peer") == 0)
       return RunFencePeer(std::atoi(argv[2]));
-    if (argc >= 6 && std::strcmp(argv[1], "--serve-throughput") == 0)
+    if (argc >= 7 && std::strcmp(argv[1], "--serve-throughput") == 0)
       return ServeThroughput(argv[2], std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4]),
-                             std::atoi(argv[5]));
+                             std::atoi(argv[5]), std::strcmp(argv[6], "daemon") == 0);
     Options o;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];

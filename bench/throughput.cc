@@ -62,8 +62,12 @@ double MallocFreePair(uint64_t size) {
   return ElapsedUs(t0);
 }
 
-int ServeThroughput(const std::string& socket_dir, uint64_t size, int duration_ms, int fd) {
-  auto client = Client::connect(socket_dir, {"bench-throughput"});
+int ServeThroughput(const std::string& socket_dir, uint64_t size, int duration_ms, int fd,
+                    bool daemon_path) {
+  ConnectOptions options;
+  options.client_name = "bench-throughput";
+  options.suballocate = !daemon_path;
+  auto client = Client::connect(socket_dir, options);
   for (int i = 0; i < 1000; ++i) AllocateReleasePair(client, size);  // warm: ranges, caches
   const char ready = 'r';
   WriteAll(fd, &ready, 1);
@@ -98,7 +102,7 @@ int ServeThroughput(const std::string& socket_dir, uint64_t size, int duration_m
 }
 
 Samples RunThroughput(const std::string& socket_dir, int processes, uint64_t size,
-                      std::chrono::milliseconds duration, std::string name) {
+                      std::chrono::milliseconds duration, std::string name, bool daemon_path) {
   std::vector<Child> workers;
   for (int i = 0; i < processes; ++i) {
     int sv[2];
@@ -106,9 +110,10 @@ Samples RunThroughput(const std::string& socket_dir, int processes, uint64_t siz
       throw std::runtime_error("socketpair failed");
     }
     Child c;
-    c.pid = SpawnSelf({"--serve-throughput", socket_dir, std::to_string(size),
-                       std::to_string(duration.count()), std::to_string(sv[1])},
-                      sv[1]);
+    c.pid = SpawnSelf(
+        {"--serve-throughput", socket_dir, std::to_string(size), std::to_string(duration.count()),
+         std::to_string(sv[1]), daemon_path ? "daemon" : "ranges"},
+        sv[1]);
     ::close(sv[1]);
     c.channel.reset(sv[0]);
     workers.push_back(std::move(c));

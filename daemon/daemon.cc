@@ -212,7 +212,9 @@ absl::Status Daemon::Start() {
     for (const auto& c : snap.cells) {
       s.cells.push_back({devices[c.device].uuid, c.tenant, c.buffers, c.bytes});
     }
-    for (const auto& t : snap.tenants) s.tenants.push_back({t.name, t.quota_bytes});
+    for (const auto& t : snap.tenants) {
+      s.tenants.push_back({t.name, t.quota_bytes, t.range_bytes, t.clients.in_use_bytes});
+    }
     return s;
   });
   if (auto s = StartMetrics(); !s.ok()) return s;

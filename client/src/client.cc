@@ -1,10 +1,12 @@
 #include "gpubroker/client.hpp"
 
 #include <cctype>
+#include <optional>
 
 #include "client/src/client_impl.h"
 #include "common/paths.h"
 #include "common/strings.h"
+#include "common/units.h"
 #include "common/version.h"
 
 namespace gpubroker {
@@ -46,10 +48,41 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullptr; }
 
+BufferId Buffer::id() const noexcept {
+  if (info_.id == 0) EnsurePublished();
+  return info_.id;
+}
+
+const BufferInfo& Buffer::info() const noexcept {
+  if (info_.id == 0) EnsurePublished();
+  return info_;
+}
+
+void Buffer::publish() {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "publish on an empty Buffer handle");
+  const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
+  if (block != nullptr && info_.id == 0) info_ = impl_->Publish(*block, info_, false);
+}
+
+void Buffer::EnsurePublished() const noexcept {
+  const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
+  if (!impl_ || block == nullptr) return;
+  try {
+    info_ = impl_->Publish(*block, info_, false);
+  } catch (const std::exception& e) {
+    // Still private, with id 0: an open elsewhere finds nothing to open.
+    detail::ClientImpl::Debug(StrCat("publish of a client-made buffer failed: ", e.what()));
+  }
+}
+
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
+  if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
+    info_ = impl_->Publish(*block, info_, true);  // name and seal in one frame
+    return;
+  }
   v1::Call call;
   call.mutable_seal()->set_id(info_.id);
   v1::Reply reply;
@@ -76,10 +109,20 @@ void Buffer::release() { Reset(true); }
 
 void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
+  std::optional<detail::LocalBlock> block;
+  if (mapping_ && mapping_->local_block() != nullptr) block = *mapping_->local_block();
   // Unmap before the lease drops: the daemon may hand the memory to someone
   // else as soon as the last lease is gone.
   mapping_.reset();
   auto impl = std::move(impl_);
+  if (block) {
+    // A client-made buffer: back to this client's allocator, with no call
+    // unless it was published (then it waits, in quarantine, until the
+    // daemon says nobody else holds it).
+    const bool published = info_.id != 0;
+    impl->FreeLocal(*block, published);
+    if (!published) return;
+  }
   v1::Call call;
   call.mutable_release()->set_id(info_.id);
   call.mutable_release()->set_free(owner_ && !info_.keep);
@@ -102,6 +145,10 @@ Client Client::connect(const std::string& socket_dir, const ConnectOptions& opti
 }
 
 Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
+  BufferInfo local;
+  if (auto mapping = impl_->AllocateLocal(size, options, &local)) {
+    return Buffer(impl_, std::move(local), std::move(mapping), true);
+  }
   v1::AllocateRequest req;
   req.set_size(size);
   req.set_device(options.device);
@@ -118,11 +165,18 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   const bool slow = options.share_with.size() > 0 || (quick != 0 && size >= quick);
   if (!slow && impl_->Call(std::move(call), &reply)) {
     resp = std::move(*reply.mutable_allocate());
+    impl_->Count(detail::ClientImpl::Path::kDaemonSession);
   } else {  // slow (a new VMM allocation), or too large for a session frame
     grpc::ClientContext ctx;
     impl_->Prepare(ctx);
     grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);
     if (!s.ok()) impl_->Throw(s);
+    impl_->Count(detail::ClientImpl::Path::kDaemonGrpc);
+  }
+  if (detail::ClientImpl::DebugOn()) {
+    detail::ClientImpl::Debug(StrCat("allocate ", FormatBytes(size), ": the daemon's, on ",
+                                     slow ? "gRPC" : "session.sock", " (", resp.buffer().backing(),
+                                     ")"));
   }
   BufferInfo info = detail::FromProto(resp.buffer());
   // From here on the lease is ours: hand it to a Buffer before mapping, so
@@ -154,6 +208,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
     impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
     grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
     if (!s.ok()) impl_->Throw(s);
+    impl_->Count(detail::ClientImpl::Path::kOpenGrpc);
   }
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
@@ -224,6 +279,9 @@ BrokerStatus Client::status() {
   if (!s.ok()) impl_->Throw(s);
   return detail::FromProto(resp);
 }
+
+void Client::trim() { impl_->Trim(); }
+ClientStats Client::stats() const { return impl_->Stats(); }
 
 const SessionInfo& Client::session() const { return impl_->session(); }
 const std::string& Client::socket_dir() const { return impl_->socket_dir(); }

@@ -1,13 +1,17 @@
 #include "client/src/client_impl.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "client/src/device_arena.h"
 #include "common/paths.h"
 #include "common/strings.h"
 #include "common/token.h"
+#include "common/units.h"
 #include "gpubroker/error.hpp"
 
 namespace gpubroker::detail {
@@ -17,23 +21,30 @@ constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 class HostMapping final : public Mapping {
  public:
-  HostMapping(void* base, size_t length) : base_(base), length_(length) {}
+  HostMapping(void* base, size_t length, size_t skip)
+      : base_(base), length_(length), data_(static_cast<char*>(base) + skip) {}
   ~HostMapping() override { ::munmap(base_, length_); }
-  void* data() const override { return base_; }
+  void* data() const override { return data_; }
 
  private:
   void* base_;
   size_t length_;
+  void* data_;
 };
 
+// Maps the pages that hold [offset, offset + length): a client-made buffer
+// starts anywhere in a page (its blocks are 512-byte aligned).
 std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
-  void* p =
-      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  const uint64_t skip = offset - start;
+  void* p = ::mmap(nullptr, length + skip, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   static_cast<off_t>(start));
   if (p == MAP_FAILED) {
     ThrowError(ErrorCode::kInternal,
                StrCat("mmap of ", length, " bytes at offset ", offset, ": ", std::strerror(errno)));
   }
-  return std::make_unique<HostMapping>(p, length);
+  return std::make_unique<HostMapping>(p, length + skip, skip);
 }
 
 }  // namespace
@@ -62,6 +73,11 @@ ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
   channel_ = grpc::CreateCustomChannel(StrCat("unix:", socket_dir_, "/", kGrpcSocketName),
                                        grpc::InsecureChannelCredentials(), args);
   stub_ = v1::Broker::NewStub(channel_);
+  const char* env = std::getenv("GPUBROKER_SUBALLOCATE");
+  suballocate_ = options_.suballocate && w.range_limit() > 0 &&
+                 !(env != nullptr && std::strcmp(env, "0") == 0);
+  session_channel_->set_returned_handler(
+      [this](const v1::BlocksReturned& returned) { OnBlocksReturned(returned); });
 }
 
 ClientImpl::~ClientImpl() { session_channel_->SayGoodbye(); }
@@ -88,9 +104,12 @@ ImportedPool::~ImportedPool() {
 #endif
 }
 
-std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::string& device_uuid) {
+std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::string& device_uuid,
+                                               bool* fetched) {
   std::lock_guard lock(pools_mu_);
+  if (fetched != nullptr) *fetched = false;
   if (auto it = pools_.find(pool_id); it != pools_.end()) return it->second;
+  if (fetched != nullptr) *fetched = true;
   v1::FdRequest req;
   req.set_pool_id(pool_id);
   v1::FdGrant grant;
@@ -121,9 +140,22 @@ uint64_t ClientImpl::FencePage(const v1::ImportDescriptor& import) {
 }
 
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
+  // No slow path is silent: each map says whether the memory was mapped
+  // here already (an arena, a slab: a pointer) or had to be imported.
+  bool fetched = true;
+  std::unique_ptr<Mapping> m = MapMemory(import, id, &fetched);
+  Count(fetched ? Path::kImported : Path::kMapped);
+  if (DebugOn())
+    Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size()),
+                 fetched ? "): imported" : "): mapped already"));
+  return m;
+}
+
+std::unique_ptr<Mapping> ClientImpl::MapMemory(const v1::ImportDescriptor& import, BufferId id,
+                                               bool* fetched) {
   switch (import.kind()) {
     case v1::IMPORT_KIND_HOST_ARENA: {
-      auto pool = Pool(import.pool_id(), import.device_uuid());
+      auto pool = Pool(import.pool_id(), import.device_uuid(), fetched);
       if (import.offset() + import.mapped_size() > pool->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its pool");
       }
@@ -141,7 +173,7 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
       return MapCudaPoolBuffer(Pool(import.pool_id(), import.device_uuid())->cuda_pool,
                                FencePage(import), import);
     case v1::IMPORT_KIND_CUDA_ARENA: {
-      auto slab = Pool(import.pool_id(), import.device_uuid());
+      auto slab = Pool(import.pool_id(), import.device_uuid(), fetched);
       if (import.offset() + import.mapped_size() > slab->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its slab");
       }

@@ -1,7 +1,10 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -9,6 +12,7 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "client/src/sub_allocator.h"
 #include "common/frame.h"
 #include "common/unique_fd.h"
 #include "gpubroker/types.hpp"
@@ -18,10 +22,23 @@
 
 namespace gpubroker::detail {
 
+class DeviceArena;
+
+/// A block of one of this client's ranges that a client-made Buffer holds.
+struct LocalBlock {
+  DeviceArena* arena = nullptr;
+  SubAllocator::Block block;
+  uint64_t size = 0;          // bytes asked for
+  uint64_t fence_offset = 0;  // CUDA: the ready fence's word, in the block
+  uint64_t fence_value = 0;   // 0: none (host)
+};
+
 /// This process's view of one buffer's memory; unmaps on destruction.
 class Mapping {
  public:
   virtual ~Mapping() = default;
+  /// The block of a client-made buffer; null for the daemon's buffers.
+  virtual const LocalBlock* local_block() const { return nullptr; }
   virtual void* data() const = 0;
   /// Records the buffer's ready fence on `stream` (CUDA); nothing on the host,
   /// where a write is complete when it returns.
@@ -40,6 +57,12 @@ class SessionChannel {
   ~SessionChannel();
 
   const v1::Welcome& welcome() const { return welcome_; }
+
+  /// Called with the blocks the daemon returns (just before an answer), with
+  /// this channel's lock held: it must not call the daemon.
+  void set_returned_handler(std::function<void(const v1::BlocksReturned&)> handler) {
+    on_returned_ = std::move(handler);
+  }
 
   /// Asks for a pool's or a buffer's descriptor and waits for it. Throws the
   /// daemon's refusal as an Error.
@@ -64,6 +87,7 @@ class SessionChannel {
   UniqueFd fd_;
   FrameDecoder decoder_;
   std::deque<UniqueFd> fds_;  // received, not yet matched to their FdGrant
+  std::function<void(const v1::BlocksReturned&)> on_returned_;
   uint64_t next_request_id_ = 1;
   v1::Welcome welcome_;
   std::chrono::milliseconds timeout_;
@@ -87,10 +111,9 @@ class ClientImpl {
   ~ClientImpl();
 
   v1::Broker::Stub& stub() { return *stub_; }
-  /// One data-path call on the session's connection, bounded by the call timeout.
-  bool Call(v1::Call call, v1::Reply* reply) {
-    return session_channel_->Call(std::move(call), reply, options_.call_timeout);
-  }
+  /// One data-path call on the session's connection, bounded by the call
+  /// timeout; it carries this client's counters.
+  bool Call(v1::Call call, v1::Reply* reply);
   /// Token metadata and deadline for a call (`extra` on top of the call timeout).
   void Prepare(grpc::ClientContext& ctx,
                std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
@@ -108,8 +131,41 @@ class ClientImpl {
   /// Throws the typed Error for a failed call.
   [[noreturn]] void Throw(const grpc::Status& status) const;
 
+  // Client-made buffers (client_ranges.cc; docs/fast-path.md) -------------
+
+  /// A buffer from this client's own allocator, described in `info`; null
+  /// when the daemon is to make this one.
+  std::unique_ptr<Mapping> AllocateLocal(uint64_t size, const AllocateOptions& options,
+                                         BufferInfo* info);
+  /// Makes a client-made buffer known to the daemon (one Publish frame).
+  BufferInfo Publish(const LocalBlock& block, const BufferInfo& info, bool seal);
+  /// A client-made buffer's block goes back: to the allocator when it was
+  /// never published, else into quarantine until the daemon returns it.
+  void FreeLocal(const LocalBlock& block, bool published);
+  void Trim();
+  /// Tells the daemon this client's counters (a Call with no request), and
+  /// hears of the blocks that came back.
+  void Report();
+  ClientStats Stats() const;
+  /// Maps a range that the daemon just leased; its address here
+  /// (`host_mapped`: an mmap of ours, to undo when it goes back).
+  uint64_t MapRange(const v1::LeaseRangeResponse& range, bool* host_mapped);
+
+  enum class Path { kClientMade, kDaemonSession, kDaemonGrpc, kMapped, kImported, kOpenGrpc };
+  void Count(Path path);
+  /// With GPUBROKER_LOG=debug: a line per call on stderr, saying which path
+  /// it took ("allocate 4 KiB: client-made").
+  static bool DebugOn();
+  static void Debug(const std::string& line);
+
  private:
-  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id, const std::string& device_uuid);
+  /// A pool (region) of the session's tenant, fetched once; `fetched`: it was
+  /// fetched (and imported or mapped) now.
+  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id, const std::string& device_uuid,
+                                     bool* fetched = nullptr);
+  /// Map's work; `fetched`: false when the memory was mapped here already.
+  std::unique_ptr<Mapping> MapMemory(const v1::ImportDescriptor& import, BufferId id,
+                                     bool* fetched);
   /// The mapped fence page that holds a CUDA buffer's fence word, or 0 when
   /// the word is inside the buffer.
   uint64_t FencePage(const v1::ImportDescriptor& import);
@@ -124,6 +180,21 @@ class ClientImpl {
 
   std::mutex pools_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<ImportedPool>> pools_;
+
+  // Client-made buffers.
+  DeviceArena& ArenaFor(const std::string& device);
+  void OnBlocksReturned(const v1::BlocksReturned& returned);
+  void DrainReturned();
+  v1::ClientCounters Counters() const;
+
+  bool suballocate_ = false;
+  mutable std::mutex arenas_mu_;
+  std::map<std::string, std::unique_ptr<DeviceArena>> arenas_;  // by the device as asked
+  std::unordered_map<uint64_t, DeviceArena*> range_arena_;      // range id -> its arena
+  std::mutex returned_mu_;
+  std::vector<v1::BlocksReturned::Block> returned_;  // to hand back after the call
+  std::atomic<uint64_t> paths_[6] = {};
+  std::atomic<uint64_t> publishes_{0};
 };
 
 /// True (and the id) when `name_or_id` is an id: all digits. Names never start
@@ -147,6 +218,10 @@ std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
 /// its fence word, or 0 when the word is inside the buffer.
 std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,
                                            const v1::ImportDescriptor& import);
+/// A client-made buffer at `address` (its range is mapped already); its
+/// ready fence is the word at block.fence_offset.
+std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t address,
+                                           const std::string& device_uuid);
 /// Imports, reserves, maps and opens access to a VMM buffer (descriptor consumed).
 std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
                                           const v1::ImportDescriptor& import);

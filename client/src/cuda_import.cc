@@ -106,6 +106,23 @@ class ArenaView final : public CudaMapping {
   }
 };
 
+// A client-made buffer in one of this client's ranges: nothing to unmap.
+class LocalArenaBlock final : public CudaMapping {
+ public:
+  LocalArenaBlock(int device, void* ptr, const v1::ImportDescriptor& fence, const LocalBlock& block)
+      : CudaMapping(device, ptr, 0, fence), block_(block) {}
+  ~LocalArenaBlock() override {
+    // As for a range of the daemon's arena: the work that uses the block
+    // completes before the block can be handed out again.
+    cuda::ScopedDevice on(device_);
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  }
+  const LocalBlock* local_block() const override { return &block_; }
+
+ private:
+  LocalBlock block_;
+};
+
 class VmmView final : public CudaMapping {
  public:
   VmmView(int device, CUdeviceptr ptr, size_t size, uint64_t fence_page,
@@ -208,6 +225,15 @@ std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
   const int device = Ordinal(import.device_uuid());
   return std::make_unique<ArenaView>(device, reinterpret_cast<void*>(slab + import.offset()),
                                      fence_page, import);
+}
+
+std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t address,
+                                           const std::string& device_uuid) {
+  v1::ImportDescriptor fence;
+  fence.set_fence_offset(block.fence_offset);
+  fence.set_fence_value(block.fence_value);
+  return std::make_unique<LocalArenaBlock>(Ordinal(device_uuid), reinterpret_cast<void*>(address),
+                                           fence, block);
 }
 
 std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,

@@ -84,6 +84,10 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   for (;;) {
     UniqueFd got;
     v1::SessionFrame reply = ReadFrame(timeout, &got);
+    if (reply.has_blocks_returned()) {
+      if (on_returned_) on_returned_(reply.blocks_returned());
+      continue;
+    }
     if (reply.has_goodbye()) {
       ThrowError(ErrorCode::kUnavailable,
                  StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));

@@ -330,10 +330,12 @@ SubAllocator::Block SubAllocator::Allocate(uint64_t size) {
     }
     Range got;
     try {
-      got = core.lease(want, small);  // no lock held: this is a call to the daemon
-    } catch (...) {
-      if (attempt > 0) throw;
-      Trim();  // what this client holds empty may be what the lease lacked
+      got = core.lease(want, rounded, small);  // no lock held: this is a call to the daemon
+    } catch (const std::exception& e) {
+      // What this client holds empty may be what the lease lacked; when it
+      // holds nothing empty, the refusal stands.
+      if (attempt > 0 || (core.options.worth_a_trim && !core.options.worth_a_trim(e))) throw;
+      if (Trim() == 0) throw;
       continue;
     }
     if (got.length < rounded || got.length % kAlignment != 0) {
@@ -406,7 +408,7 @@ void SubAllocator::Free(const Block& b) {
   core.GiveBack(gone);
 }
 
-void SubAllocator::Trim() {
+size_t SubAllocator::Trim() {
   Core& core = *core_;
   std::vector<uint64_t> gone;
   {
@@ -418,6 +420,7 @@ void SubAllocator::Trim() {
     core.DropAllEmpty(gone);
   }
   core.GiveBack(gone);
+  return gone.size();
 }
 
 SubAllocator::Stats SubAllocator::stats() const {

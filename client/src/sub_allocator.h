@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,9 +48,10 @@ class SubAllocator {
     uint64_t id = 0;      // the lease's id, chosen by whoever leased it
     uint64_t length = 0;  // bytes, a multiple of kAlignment
   };
-  /// Leases a range of at least `min_length` bytes (`small`: for the small pool).
-  using LeaseFn = std::function<Range(uint64_t min_length, bool small)>;
-  /// Gives a range back (it has no live block).
+  /// Leases a range of `want` bytes, or fewer but at least `need` (`small`:
+  /// for the small pool).
+  using LeaseFn = std::function<Range(uint64_t want, uint64_t need, bool small)>;
+  /// Gives a range back (it has no live block). Must not throw.
   using ReturnFn = std::function<void(uint64_t range_id)>;
 
   struct Options {
@@ -66,6 +68,9 @@ class SubAllocator {
     /// get a range of their own size (rounded to 2 MiB).
     uint64_t shared_large_max = uint64_t{8} << 20;
     uint64_t large_range = uint64_t{32} << 20;
+    /// Whether a refused lease may succeed once this client's empty ranges
+    /// are given back (say, a quota refusal); empty: always worth a try.
+    std::function<bool(const std::exception&)> worth_a_trim;
     /// Keep a set of live blocks and refuse (std::logic_error) a free of a
     /// block that is not live: for tests, at the price of a lock per call.
     bool verify = false;
@@ -104,8 +109,8 @@ class SubAllocator {
   Block Allocate(uint64_t size);
   /// Gives back a block that Allocate returned.
   void Free(const Block& block);
-  /// Flushes every thread's cache and gives back every empty range.
-  void Trim();
+  /// Flushes every thread's cache and gives back every empty range; how many.
+  size_t Trim();
 
   Stats stats() const;
   /// "" when the books add up; else what does not.

@@ -69,6 +69,15 @@ struct AllocationRequest {
   bool isolated = false;
 };
 
+class LeasedRange;
+
+/// A range of a tenant's arena for one session to carve buffers from.
+struct RangeRequest {
+  int device = 0;
+  std::string tenant;
+  uint64_t length = 0;  // a multiple of RangeGranularity()
+};
+
 /// A source of device memory. One implementation per kind of memory: host
 /// (memfd arenas), cuda-pool (cudaMallocAsync IPC pools), cuda-vmm (cuMemCreate).
 /// Thread-safe; never called with the registry's lock held.
@@ -97,6 +106,16 @@ class Backend {
   /// session socket's one thread. Larger ones go through gRPC, whose threads
   /// may take the time a new VMM allocation takes (over 0.1 s at 40 GiB).
   virtual uint64_t QuickAllocationLimit() const { return UINT64_MAX; }
+
+  // Range leases (docs/fast-path.md) ---------------------------------------
+
+  /// The largest range this backend leases on `device`; 0: none.
+  virtual uint64_t RangeLimit(int /*device*/) const { return 0; }
+  /// Ranges are multiples of this, and so are their offsets in their region.
+  virtual uint64_t RangeGranularity(int /*device*/) const { return 4096; }
+  /// A range of the tenant's arena; RESOURCE_EXHAUSTED when there is no room.
+  /// (The default leases none: UNIMPLEMENTED.)
+  virtual absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req);
 };
 
 }  // namespace gpubroker

@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
+#include "daemon/backend/leased_range.h"
 #include "daemon/backend/range_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -243,6 +244,70 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
                                                " bytes, largest free range ", largest));
   }
   return std::make_unique<ArenaBuffer>(arena, accounting_, *offset, rounded);
+}
+
+uint64_t HostBackend::RangeLimit(int /*device*/) const {
+  // A quarter of the capacity, so that one client's ranges leave room for
+  // others; at most 2 GiB, as the GPU arena's slabs are.
+  return std::min<uint64_t>(uint64_t{2} << 30, capacity_ / 4 / page_size_ * page_size_);
+}
+
+absl::StatusOr<std::unique_ptr<LeasedRange>> HostBackend::LeaseRange(const RangeRequest& req) {
+  const uint64_t length = RoundUp(req.length, page_size_);
+  {
+    absl::MutexLock lock(&accounting_->mu);
+    if (accounting_->used + length > capacity_) {
+      return absl::ResourceExhaustedError(StrCat("host pool full: a range of ", length, " bytes, ",
+                                                 accounting_->used, " of ", capacity_, " in use, ",
+                                                 capacity_ - accounting_->used, " free"));
+    }
+    accounting_->used += length;
+  }
+  auto give_back = [&] {
+    absl::MutexLock lock(&accounting_->mu);
+    accounting_->used -= length;
+  };
+  std::shared_ptr<Arena> arena;
+  {
+    absl::MutexLock lock(&mu_);
+    auto a = ArenaFor(req.tenant);
+    if (!a.ok()) {
+      give_back();
+      return a.status();
+    }
+    arena = std::move(*a);
+  }
+  std::optional<uint64_t> offset;
+  uint64_t largest = 0;
+  {
+    absl::MutexLock lock(&arena->mu);
+    offset = arena->ranges.Allocate(length);
+    if (!offset) largest = arena->ranges.largest_free_range();
+  }
+  if (!offset) {
+    give_back();
+    return absl::ResourceExhaustedError(StrCat("host pool of tenant '", req.tenant,
+                                               "' fragmented: a range of ", length,
+                                               " bytes, largest free range ", largest));
+  }
+  ImportInfo info;
+  info.kind = ImportKind::kHostArena;
+  info.pool_id = arena->id;
+  info.offset = *offset;
+  info.mapped_size = length;
+  info.device_uuid = "host";
+  // A span that comes back is punched out (its pages return to the kernel,
+  // and the next buffer there starts zeroed) before it can be handed out again.
+  auto free_span = [arena, accounting = accounting_, base = *offset](uint64_t at, uint64_t size) {
+    PunchHole(arena->fd.get(), base + at, size);
+    {
+      absl::MutexLock lock(&arena->mu);
+      arena->ranges.Free(base + at, size);
+    }
+    absl::MutexLock lock(&accounting->mu);
+    accounting->used -= size;
+  };
+  return std::make_unique<LeasedRange>(std::move(info), std::move(free_span), page_size_);
 }
 
 absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateIsolated(uint64_t rounded) {

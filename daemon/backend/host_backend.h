@@ -32,6 +32,9 @@ class HostBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req) override;
   absl::StatusOr<FdGrant> ExportPool(PoolId pool, std::string_view tenant) override;
   DeviceUsage Usage(int device) const override;
+  uint64_t RangeLimit(int device) const override;
+  uint64_t RangeGranularity(int /*device*/) const override { return page_size_; }
+  absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req) override;
 
   struct Arena;       // one tenant's memfd and its range allocator
   struct Accounting;  // bytes in use, shared with live buffers

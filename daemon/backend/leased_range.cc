@@ -1,5 +1,6 @@
 #include "daemon/backend/leased_range.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/base/thread_annotations.h"
@@ -10,14 +11,25 @@ namespace gpubroker {
 
 // Shared by the range and the buffers carved from it, which may outlive it.
 struct LeasedRange::State {
+  // Whole units of the arena that carved buffers keep after the range's end.
+  struct Cluster {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    uint32_t live = 0;
+  };
+
   const ImportInfo info;
   const FreeSpan free_span;
+  const uint64_t granularity;
   mutable absl::Mutex mu;
   bool range_alive ABSL_GUARDED_BY(mu) = true;
   std::map<uint64_t, uint64_t> carved ABSL_GUARDED_BY(mu);  // offset -> size, live only
   uint64_t carved_bytes ABSL_GUARDED_BY(mu) = 0;
+  // After the range's end: the cluster of each live carved buffer, by offset.
+  std::map<uint64_t, std::shared_ptr<Cluster>> cluster_of ABSL_GUARDED_BY(mu);
 
-  State(ImportInfo i, FreeSpan f) : info(std::move(i)), free_span(std::move(f)) {}
+  State(ImportInfo i, FreeSpan f, uint64_t g)
+      : info(std::move(i)), free_span(std::move(f)), granularity(g) {}
 };
 
 namespace {
@@ -28,15 +40,22 @@ class CarvedBuffer final : public BackendBuffer {
       : state_(std::move(state)), offset_(offset), info_(std::move(info)) {}
 
   ~CarvedBuffer() override {
-    bool give_back = false;
+    // While the range lives the bytes are its own again; after it, the last
+    // buffer of a cluster gives the cluster back.
+    std::shared_ptr<LeasedRange::State::Cluster> last;
     {
       absl::MutexLock lock(&state_->mu);
       state_->carved.erase(offset_);
       state_->carved_bytes -= info_.mapped_size;
-      give_back = !state_->range_alive;
+      if (!state_->range_alive) {
+        auto it = state_->cluster_of.find(offset_);
+        if (it != state_->cluster_of.end()) {
+          if (--it->second->live == 0) last = it->second;
+          state_->cluster_of.erase(it);
+        }
+      }
     }
-    // While the range lives the bytes are its own again; after it, ours to return.
-    if (give_back) state_->free_span(offset_, info_.mapped_size);
+    if (last) state_->free_span(last->start, last->end - last->start);
   }
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
@@ -53,21 +72,40 @@ class CarvedBuffer final : public BackendBuffer {
 
 }  // namespace
 
-LeasedRange::LeasedRange(ImportInfo info, FreeSpan free_span)
-    : state_(std::make_shared<State>(std::move(info), std::move(free_span))) {}
+absl::StatusOr<std::unique_ptr<LeasedRange>> Backend::LeaseRange(const RangeRequest&) {
+  return absl::UnimplementedError("this backend leases no ranges");
+}
+
+LeasedRange::LeasedRange(ImportInfo info, FreeSpan free_span, uint64_t granularity)
+    : state_(std::make_shared<State>(std::move(info), std::move(free_span),
+                                     std::max<uint64_t>(granularity, 1))) {}
 
 LeasedRange::~LeasedRange() {
-  // The gaps between live carved buffers go back now; the carved ones later.
+  // The units that no live carved buffer touches go back now; each cluster
+  // of units that carved buffers touch goes with its last buffer.
   std::vector<std::pair<uint64_t, uint64_t>> gaps;
   {
     absl::MutexLock lock(&state_->mu);
     state_->range_alive = false;
+    const uint64_t g = state_->granularity;
+    const uint64_t length = state_->info.mapped_size;
+    std::shared_ptr<State::Cluster> current;
     uint64_t at = 0;
     for (const auto& [offset, size] : state_->carved) {
-      if (offset > at) gaps.emplace_back(at, offset - at);
-      at = offset + size;
+      const uint64_t start = offset / g * g;
+      const uint64_t end = std::min(length, (offset + size + g - 1) / g * g);
+      if (current && start < current->end) {
+        current->end = std::max(current->end, end);
+      } else {
+        if (current) at = current->end;
+        if (start > at) gaps.emplace_back(at, start - at);
+        current = std::make_shared<State::Cluster>(State::Cluster{start, end, 0});
+      }
+      current->live++;
+      state_->cluster_of[offset] = current;
     }
-    if (at < state_->info.mapped_size) gaps.emplace_back(at, state_->info.mapped_size - at);
+    if (current) at = current->end;
+    if (at < length) gaps.emplace_back(at, length - at);
   }
   for (const auto& [offset, size] : gaps) state_->free_span(offset, size);
 }

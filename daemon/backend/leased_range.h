@@ -25,8 +25,10 @@ class LeasedRange {
   using FreeSpan = std::function<void(uint64_t offset, uint64_t size)>;
 
   /// `info`: how a client maps the whole range (its region, its offset there,
-  /// mapped_size = its length).
-  LeasedRange(ImportInfo info, FreeSpan free_span);
+  /// mapped_size = its length). `granularity`: the arena frees whole units of
+  /// this (host: pages); the range's length is a multiple of it. When the
+  /// range goes, carved buffers that share a unit keep it together.
+  LeasedRange(ImportInfo info, FreeSpan free_span, uint64_t granularity = kAlignment);
   ~LeasedRange();
   LeasedRange(const LeasedRange&) = delete;
   LeasedRange& operator=(const LeasedRange&) = delete;

@@ -14,12 +14,17 @@ namespace {
 
 std::string TokenKey(const Token& t) { return std::string(t.begin(), t.end()); }
 
-absl::Status WithReason(absl::Status status, std::string_view reason) {
+// Waits are cut into slices so that a cancelled call is noticed promptly.
+constexpr auto kWaitSlice = std::chrono::milliseconds(100);
+
+}  // namespace
+
+absl::Status Registry::WithReason(absl::Status status, std::string_view reason) {
   status.SetPayload(kRefusalReasonKey, absl::Cord(std::string(reason)));
   return status;
 }
 
-std::string BackingName(ImportKind kind) {
+std::string Registry::BackingName(ImportKind kind) {
   switch (kind) {
     case ImportKind::kHostArena:
       return "host-arena";
@@ -34,11 +39,6 @@ std::string BackingName(ImportKind kind) {
   }
   return "unknown";
 }
-
-// Waits are cut into slices so that a cancelled call is noticed promptly.
-constexpr auto kWaitSlice = std::chrono::milliseconds(100);
-
-}  // namespace
 
 std::string RefusalReason(const absl::Status& status) {
   auto payload = status.GetPayload(kRefusalReasonKey);
@@ -108,11 +108,18 @@ SessionEndReport Registry::EndSession(SessionId id) {
     touched.push_back(buffer_id);
   }
   for (BufferId buffer_id : touched) {
+    const bool existed = buffers_.contains(buffer_id);
     const uint64_t bytes = MaybeDestroy(buffer_id, dead);
-    if (bytes > 0) {
-      report.reclaimed_bytes += bytes;
-      report.buffers_destroyed++;
-    }
+    if (existed && !buffers_.contains(buffer_id)) report.buffers_destroyed++;
+    report.reclaimed_bytes += bytes;
+  }
+  // Its ranges go back but for the published blocks that others still hold.
+  for (RangeId range_id : session.ranges) {
+    const uint64_t length = ranges_.at(range_id).length;
+    const uint64_t back = EndRange(range_id, dead);
+    report.reclaimed_bytes += back;
+    report.bytes_kept_for_others += length - back;
+    report.ranges_returned++;
   }
   return report;
 }
@@ -197,10 +204,23 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
   if (it == buffers_.end()) return 0;
   Buffer& b = it->second;
   if (!b.freed || b.view.leases > 0) return 0;
-  const uint64_t bytes = b.view.reserved_size;
   Tenant& t = tenant_usage_[b.view.tenant];
-  t.used_bytes -= bytes;
   t.buffers--;
+  uint64_t bytes = 0;
+  if (b.charged) {
+    bytes = b.view.reserved_size;
+    t.used_bytes -= bytes;
+  }
+  if (b.range != 0) {
+    // A published block of a live range: its bytes are the range's again,
+    // and the range's client may reuse them once it is told.
+    if (auto r = ranges_.find(b.range); r != ranges_.end()) {
+      r->second.published.erase(id);
+      if (Session* owner = FindSession(r->second.session)) {
+        owner->returned.push_back({b.range, b.range_offset, b.view.reserved_size});
+      }
+    }
+  }
   dead.push_back(std::move(b.memory));
   buffers_.erase(it);
   return bytes;
@@ -503,7 +523,10 @@ RegistrySnapshot Registry::Snapshot() const {
   snap.buffers = static_cast<uint32_t>(buffers_.size());
   for (const auto& [name, t] : tenant_usage_) {
     if (t.sessions == 0 && t.buffers == 0 && tenants_.QuotaFor(name) == 0) continue;
-    snap.tenants.push_back({name, tenants_.QuotaFor(name), t.used_bytes, t.buffers, t.sessions});
+    TenantUsage u{name, tenants_.QuotaFor(name), t.used_bytes, t.buffers, t.sessions};
+    u.range_bytes = t.range_bytes;
+    u.ranges = t.ranges;
+    snap.tenants.push_back(std::move(u));
   }
   for (const auto& spec : tenants_.configured()) {
     if (!tenant_usage_.contains(spec.name)) {
@@ -518,8 +541,42 @@ RegistrySnapshot Registry::Snapshot() const {
     c.device = b.view.device;
     c.tenant = b.view.tenant;
     c.buffers++;
-    c.bytes += b.view.reserved_size;
-    snap.used_bytes_by_device[b.view.device] += b.view.reserved_size;
+    if (b.charged) {
+      c.bytes += b.view.reserved_size;
+      snap.used_bytes_by_device[b.view.device] += b.view.reserved_size;
+    }
+  }
+  for (const auto& [id, r] : ranges_) {
+    CellUsage& c = cells[{r.device, r.tenant}];
+    c.device = r.device;
+    c.tenant = r.tenant;
+    c.bytes += r.length;
+    snap.used_bytes_by_device[r.device] += r.length;
+  }
+  absl::flat_hash_map<std::string, size_t> tenant_index;
+  for (size_t i = 0; i < snap.tenants.size(); ++i) tenant_index[snap.tenants[i].name] = i;
+  for (const auto& [id, s] : sessions_) {
+    auto t = tenant_index.find(s.view.tenant);
+    if (t == tenant_index.end()) continue;
+    // Gauges: what the live sessions' clients hold now.
+    ClientCounters& sum = snap.tenants[t->second].clients;
+    sum.in_use_blocks += s.counters.in_use_blocks;
+    sum.in_use_bytes += s.counters.in_use_bytes;
+    sum.range_bytes += s.counters.range_bytes;
+  }
+  for (auto& u : snap.tenants) {
+    // Counters: every session's, ended ones included.
+    auto t = tenant_usage_.find(u.name);
+    if (t == tenant_usage_.end()) continue;
+    const ClientCounters& c = t->second.client_totals;
+    u.clients.allocations = c.allocations;
+    u.clients.cache_hits = c.cache_hits;
+    u.clients.daemon_allocations = c.daemon_allocations;
+    u.clients.grpc_allocations = c.grpc_allocations;
+    u.clients.opens_arena = c.opens_arena;
+    u.clients.opens_cached = c.opens_cached;
+    u.clients.opens_import = c.opens_import;
+    u.clients.opens_grpc = c.opens_grpc;
   }
   for (auto& [key, c] : cells) snap.cells.push_back(std::move(c));
   std::sort(snap.cells.begin(), snap.cells.end(), [](const CellUsage& a, const CellUsage& b) {
@@ -545,9 +602,14 @@ uint64_t Registry::ReleaseAll() {
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
   for (auto& [id, b] : buffers_) {
-    bytes += b.view.reserved_size;
+    if (b.charged) bytes += b.view.reserved_size;
     dead.push_back(std::move(b.memory));
   }
+  for (auto& [id, r] : ranges_) {
+    bytes += r.length;
+    dead.ranges.push_back(std::move(r.memory));
+  }
+  ranges_.clear();
   buffers_.clear();
   names_.clear();
   expiries_.clear();

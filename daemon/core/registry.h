@@ -17,6 +17,7 @@
 #include "common/token.h"
 #include "common/unix_socket.h"
 #include "daemon/backend/backend.h"
+#include "daemon/backend/leased_range.h"
 #include "daemon/core/tenants.h"
 #include "daemon/core/types.h"
 
@@ -27,6 +28,8 @@ inline constexpr const char* kRefusalReasonKey = "gpubroker.v1/reason";
 
 /// "quota", "out_of_memory", or "" for a status that carries no reason.
 std::string RefusalReason(const absl::Status& status);
+
+using RangeId = uint64_t;
 
 struct SessionView {
   SessionId id = 0;
@@ -52,7 +55,8 @@ struct BufferView {
   uint32_t leases = 0;
   SessionId owner_session = 0;
   int64_t created_unix_ms = 0;
-  std::string backing;  // "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+  std::string backing;       // "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+  bool client_made = false;  // a published block of its owner's range
 };
 
 /// A lease granted by Allocate or Open, with what the client needs to map it.
@@ -85,13 +89,64 @@ struct OpenParams {
   std::function<bool()> cancelled;  // polled while waiting; may be empty
 };
 
+/// A range lease asked for (docs/fast-path.md).
+struct RangeParams {
+  std::string device;  // UUID or ordinal; empty: the first device
+  uint64_t min_bytes = 0;
+  uint64_t want_bytes = 0;
+};
+
+/// A range granted: charged to the tenant as a whole.
+struct RangeGrant {
+  RangeId id = 0;
+  uint64_t length = 0;
+  ImportInfo import;  // the whole range
+};
+
+/// A block of a session's range that becomes a buffer of the books.
+struct PublishParams {
+  RangeId range = 0;
+  uint64_t offset = 0;
+  uint64_t reserved = 0;  // bytes of the block
+  uint64_t size = 0;      // bytes asked for
+  std::string name;
+  std::optional<TensorDesc> tensor;
+  bool seal = false;
+  uint64_t fence_offset = 0;
+  uint64_t fence_value = 0;
+};
+
+/// A published block whose last lease dropped: its range's owner may reuse it.
+struct ReturnedBlock {
+  RangeId range = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+/// What a client says its own allocator and calls did (totals of the session).
+struct ClientCounters {
+  uint64_t allocations = 0;
+  uint64_t in_use_blocks = 0;
+  uint64_t in_use_bytes = 0;
+  uint64_t range_bytes = 0;
+  uint64_t cache_hits = 0;
+  uint64_t daemon_allocations = 0;
+  uint64_t grpc_allocations = 0;
+  uint64_t opens_arena = 0;
+  uint64_t opens_cached = 0;
+  uint64_t opens_import = 0;
+  uint64_t opens_grpc = 0;
+};
+
 /// What ending a session gave back.
 struct SessionEndReport {
   SessionView session;
   uint32_t leases_dropped = 0;
   uint32_t buffers_freed = 0;      // owned, not kept: freed by the session's end
   uint32_t buffers_destroyed = 0;  // memory actually returned now
-  uint64_t reclaimed_bytes = 0;    // bytes of those
+  uint64_t reclaimed_bytes = 0;    // bytes of those, and of its ranges
+  uint32_t ranges_returned = 0;
+  uint64_t bytes_kept_for_others = 0;  // published blocks that other sessions still hold
 };
 
 struct ExpiryReport {
@@ -106,6 +161,9 @@ struct TenantUsage {
   uint64_t used_bytes = 0;
   uint32_t buffers = 0;
   uint32_t sessions = 0;
+  uint64_t range_bytes = 0;  // of used_bytes: ranges leased by its sessions
+  uint32_t ranges = 0;
+  ClientCounters clients;  // summed over its live sessions, as of their last calls
 };
 
 /// Buffers and bytes of one tenant on one device.
@@ -167,6 +225,20 @@ class Registry {
   absl::StatusOr<BufferView> Free(SessionId session, const BufferKey& key);
   std::vector<BufferView> List(SessionId session) const;
 
+  // Ranges and client-made buffers (session.sock; docs/fast-path.md) --------
+
+  /// A range of the tenant's arena, charged to its quota as a whole.
+  absl::StatusOr<RangeGrant> LeaseRange(SessionId session, const RangeParams& params);
+  /// Gives a range back; its published blocks that others hold stay.
+  absl::Status ReturnRange(SessionId session, RangeId range);
+  /// Makes a block of the session's range a buffer (sealed at once with `seal`).
+  absl::StatusOr<BufferGrant> Publish(SessionId session, const PublishParams& params);
+  /// The session's blocks returned since the last call (its client reuses them).
+  std::vector<ReturnedBlock> TakeReturnedBlocks(SessionId session);
+  /// Records what the session's client says it did; the increments of its
+  /// totals since its last report (for the metrics' counters).
+  ClientCounters RecordCounters(SessionId session, const ClientCounters& counters);
+
   // Descriptors (session.sock) ---------------------------------------------
 
   /// The descriptor of a pool of the session's tenant.
@@ -196,19 +268,46 @@ class Registry {
     SessionView view;
     absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
     absl::flat_hash_set<BufferId> owned;
+    absl::flat_hash_set<RangeId> ranges;
+    std::vector<ReturnedBlock> returned;  // not yet told to the client
+    ClientCounters counters;
   };
   struct Buffer {
     BufferView view;
     bool freed = false;
     std::shared_ptr<BackendBuffer> memory;
+    // A client-made buffer: its range while that lives (its bytes are the
+    // range's, charged with it), and its offset there.
+    RangeId range = 0;
+    uint64_t range_offset = 0;
+    bool charged = true;  // its reserved bytes count in its tenant's used bytes
+  };
+  struct Range {
+    SessionId session = 0;
+    std::string tenant;
+    int device = 0;
+    uint64_t length = 0;
+    std::unique_ptr<LeasedRange> memory;
+    absl::flat_hash_set<BufferId> published;  // live buffers carved from it
   };
   struct Tenant {
-    uint64_t used_bytes = 0;  // reserved bytes of its buffers, pending ones included
+    uint64_t used_bytes = 0;  // charged bytes: buffers (pending ones included), ranges
     uint32_t buffers = 0;
     uint32_t sessions = 0;
+    uint64_t range_bytes = 0;
+    uint32_t ranges = 0;
+    ClientCounters client_totals;  // the counters of its sessions' clients, ended ones too
   };
-  using Graveyard = std::vector<std::shared_ptr<BackendBuffer>>;
+  // Destroyed after the lock is released: ranges first, then buffers (a
+  // range's gaps go back before the orphaned blocks, which is as good).
+  struct Graveyard {
+    std::vector<std::shared_ptr<BackendBuffer>> buffers;
+    std::vector<std::unique_ptr<LeasedRange>> ranges;
+    void push_back(std::shared_ptr<BackendBuffer> b) { buffers.push_back(std::move(b)); }
+  };
 
+  static absl::Status WithReason(absl::Status status, std::string_view reason);
+  static std::string BackingName(ImportKind kind);
   int64_t Now() const;
   absl::StatusOr<int> ResolveDevice(const std::string& device) const;
   Session* FindSession(SessionId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -217,8 +316,14 @@ class Registry {
   static bool Visible(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a freed buffer with no lease; its memory goes to `dead`. Returns bytes.
+  // Removes a freed buffer with no lease; its memory goes to `dead`. Returns
+  // the bytes that left the tenant's books (0 for a block that went back to
+  // its live range, whose owner is told).
   uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a range: its bytes leave the books but for its published blocks
+  // that live on, which are charged by themselves from now. Returns the
+  // bytes that went back.
+  uint64_t EndRange(RangeId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend& backend_;
   const TenantDirectory tenants_;
@@ -229,6 +334,8 @@ class Registry {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
   BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;
+  RangeId next_range_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<RangeId, Range> ranges_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);

@@ -53,8 +53,15 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(free, {{"device", d.uuid}}, static_cast<double>(d.free_bytes));
     }
     auto& quota = gauge("gpubroker_tenant_quota_bytes", "Byte quota per tenant (0: unlimited).");
+    auto& ranges = gauge("gpubroker_tenant_range_bytes",
+                         "Bytes of the ranges that a tenant's clients lease (charged to it).");
+    auto& in_use = gauge("gpubroker_client_in_use_bytes",
+                         "Bytes of the buffers that a tenant's clients made in their ranges, as "
+                         "of their last calls.");
     for (const auto& t : s.tenants) {
       add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
+      add(ranges, {{"tenant", t.name}}, static_cast<double>(t.range_bytes));
+      add(in_use, {{"tenant", t.name}}, static_cast<double>(t.client_in_use_bytes));
     }
     return out;
   }
@@ -95,7 +102,26 @@ Metrics::Metrics(Sampler sampler)
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
-                            .Add({})) {
+                            .Add({})),
+      client_allocations_(
+          prometheus::BuildCounter()
+              .Name("gpubroker_client_allocations_total")
+              .Help("Buffers allocated by clients, by path: made by the client in its ranges "
+                    "(client), by the daemon on session.sock (session) or through gRPC (grpc); "
+                    "as the clients report them with their calls.")
+              .Register(*registry_)),
+      client_maps_(prometheus::BuildCounter()
+                       .Name("gpubroker_client_maps_total")
+                       .Help("Buffers that clients mapped, by path: memory mapped already "
+                             "(mapped), a kept mapping (cached) or a new import (imported); as "
+                             "the clients report them.")
+                       .Register(*registry_)) {
+  by_client_ = &client_allocations_.Add({{"path", "client"}});
+  by_session_ = &client_allocations_.Add({{"path", "session"}});
+  by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
+  maps_mapped_ = &client_maps_.Add({{"path", "mapped"}});
+  maps_imported_ = &client_maps_.Add({{"path", "imported"}});
+  maps_cached_ = &client_maps_.Add({{"path", "cached"}});
   alloc_ok_ = &allocations_.Add({{"result", "ok"}});
   alloc_quota_ = &allocations_.Add({{"result", "quota"}});
   alloc_oom_ = &allocations_.Add({{"result", "out_of_memory"}});
@@ -158,6 +184,17 @@ void Metrics::Open(std::string_view result) {
     }
   }
   opens_.Add({{"result", std::string(result)}}).Increment();
+}
+
+void Metrics::ClientReported(uint64_t client_made, uint64_t daemon_session, uint64_t daemon_grpc,
+                             uint64_t maps_mapped, uint64_t maps_imported, uint64_t maps_cached) {
+  alloc_ok_->Increment(static_cast<double>(client_made));
+  by_client_->Increment(static_cast<double>(client_made));
+  by_session_->Increment(static_cast<double>(daemon_session));
+  by_grpc_->Increment(static_cast<double>(daemon_grpc));
+  maps_mapped_->Increment(static_cast<double>(maps_mapped));
+  maps_imported_->Increment(static_cast<double>(maps_imported));
+  maps_cached_->Increment(static_cast<double>(maps_cached));
 }
 
 void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }

@@ -36,6 +36,8 @@ struct MetricsSample {
   struct Tenant {
     std::string name;
     uint64_t quota_bytes = 0;
+    uint64_t range_bytes = 0;          // ranges its clients lease
+    uint64_t client_in_use_bytes = 0;  // client-made buffers live in them, as last reported
   };
   uint32_t sessions = 0;
   std::vector<Device> devices;
@@ -58,6 +60,11 @@ class Metrics {
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
   void Reclaimed(uint64_t bytes);
+  /// What clients reported doing since their last report: client-made
+  /// allocations count as successful allocations too, and every path is
+  /// counted (no slow path is silent).
+  void ClientReported(uint64_t client_made, uint64_t daemon_session, uint64_t daemon_grpc,
+                      uint64_t maps_mapped, uint64_t maps_imported, uint64_t maps_cached);
   void SessionEnded(bool clean);
   void SessionStarted();
 
@@ -83,6 +90,14 @@ class Metrics {
   prometheus::Counter* sessions_closed_;
   prometheus::Counter* sessions_died_;
   prometheus::Counter& sessions_started_;
+  prometheus::Family<prometheus::Counter>& client_allocations_;
+  prometheus::Family<prometheus::Counter>& client_maps_;
+  prometheus::Counter* by_client_;
+  prometheus::Counter* by_session_;
+  prometheus::Counter* by_grpc_;
+  prometheus::Counter* maps_mapped_;
+  prometheus::Counter* maps_imported_;
+  prometheus::Counter* maps_cached_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;
 };
 

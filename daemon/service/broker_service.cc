@@ -114,6 +114,8 @@ grpc::Status BrokerService::Status(grpc::ServerContext* ctx, const v1::StatusReq
     out->set_used_bytes(t.used_bytes);
     out->set_buffers(t.buffers);
     out->set_sessions(t.sessions);
+    out->set_range_bytes(t.range_bytes);
+    out->set_ranges(t.ranges);
   }
   resp->set_sessions(snap.sessions);
   resp->set_buffers(snap.buffers);

@@ -84,4 +84,68 @@ absl::Status BrokerCalls::Free(const SessionView& s, const v1::FreeRequest& req,
   return absl::OkStatus();
 }
 
+absl::Status BrokerCalls::LeaseRange(const SessionView& s, const v1::LeaseRangeRequest& req,
+                                     v1::LeaseRangeResponse* resp) {
+  RangeParams p;
+  p.device = req.device();
+  p.min_bytes = req.min_bytes();
+  p.want_bytes = req.want_bytes();
+  auto grant = registry_.LeaseRange(s.id, p);
+  // A refused range is a refused allocation (the client's allocate fails
+  // with it); a granted one is not an allocation yet.
+  if (!grant.ok() && metrics_ != nullptr) {
+    metrics_->Allocation(Metrics::AllocationResult(grant.status()), 0);
+  }
+  if (!grant.ok()) return Refuse("LeaseRange", &s, grant.status());
+  resp->set_range_id(grant->id);
+  resp->set_length(grant->length);
+  ToProto(grant->import, resp->mutable_import());
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::ReturnRange(const SessionView& s, const v1::ReturnRangeRequest& req) {
+  if (auto st = registry_.ReturnRange(s.id, req.range_id()); !st.ok()) {
+    return Refuse("ReturnRange", &s, st);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest& req,
+                                  v1::PublishResponse* resp) {
+  PublishParams p;
+  p.range = req.range_id();
+  p.offset = req.offset();
+  p.reserved = req.reserved();
+  p.size = req.size();
+  p.name = req.name();
+  if (req.has_tensor()) p.tensor = FromProto(req.tensor());
+  p.seal = req.seal();
+  p.fence_offset = req.fence_offset();
+  p.fence_value = req.fence_value();
+  auto grant = registry_.Publish(s.id, p);
+  if (!grant.ok()) return Refuse("Publish", &s, grant.status());
+  ToProto(grant->buffer, resp->mutable_buffer());
+  return absl::OkStatus();
+}
+
+void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters& c) {
+  ClientCounters counters;
+  counters.allocations = c.allocations();
+  counters.in_use_blocks = c.in_use_blocks();
+  counters.in_use_bytes = c.in_use_bytes();
+  counters.range_bytes = c.range_bytes();
+  counters.cache_hits = c.cache_hits();
+  counters.daemon_allocations = c.daemon_allocations();
+  counters.grpc_allocations = c.grpc_allocations();
+  counters.opens_arena = c.opens_arena();
+  counters.opens_cached = c.opens_cached();
+  counters.opens_import = c.opens_import();
+  counters.opens_grpc = c.opens_grpc();
+  const ClientCounters d = registry_.RecordCounters(s.id, counters);
+  if (metrics_ != nullptr) {
+    metrics_->ClientReported(d.allocations, d.daemon_allocations, d.grpc_allocations, d.opens_arena,
+                             d.opens_import, d.opens_cached);
+  }
+}
+
 }  // namespace gpubroker

@@ -7,6 +7,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/util/rate_limiter.h"
 #include "gpubroker/v1/broker.pb.h"
+#include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker {
 
@@ -27,6 +28,14 @@ class BrokerCalls {
   absl::Status Seal(const SessionView& s, const v1::SealRequest& req, v1::SealResponse* resp);
   absl::Status Release(const SessionView& s, const v1::ReleaseRequest& req);
   absl::Status Free(const SessionView& s, const v1::FreeRequest& req, v1::FreeResponse* resp);
+
+  // session.sock only (docs/fast-path.md): ranges belong to a session's connection.
+  absl::Status LeaseRange(const SessionView& s, const v1::LeaseRangeRequest& req,
+                          v1::LeaseRangeResponse* resp);
+  absl::Status ReturnRange(const SessionView& s, const v1::ReturnRangeRequest& req);
+  absl::Status Publish(const SessionView& s, const v1::PublishRequest& req,
+                       v1::PublishResponse* resp);
+  void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);
 
   /// Logs a refused call (rate-limited) and returns `status`. `s` is null for
   /// a caller that could not be authenticated.

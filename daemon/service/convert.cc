@@ -73,6 +73,7 @@ void ToProto(const BufferView& v, v1::BufferInfo* out) {
   out->set_owner_session(v.owner_session);
   out->set_created_unix_ms(v.created_unix_ms);
   out->set_backing(v.backing);
+  out->set_client_made(v.client_made);
 }
 
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {

@@ -254,6 +254,7 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   w->set_protocol_version(kProtocolVersion);
   const uint64_t quick = registry_.backend().QuickAllocationLimit();
   w->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
+  w->set_range_limit(registry_.backend().devices().empty() ? 0 : registry_.backend().RangeLimit(0));
   return SendFrame(c, reply);
 }
 
@@ -288,6 +289,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
+  if (call.has_counters()) calls_.RecordCounters(c.view, call.counters());
   if (registry_.shutting_down()) {
     status = absl::UnavailableError("gpubrokerd is shutting down");
   } else {
@@ -311,6 +313,23 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         status = calls_.Release(c.view, call.release());
         r->mutable_release();
         break;
+      case v1::Call::kLeaseRange:
+        status = calls_.LeaseRange(c.view, call.lease_range(), r->mutable_lease_range());
+        break;
+      case v1::Call::kReturnRange:
+        status = calls_.ReturnRange(c.view, call.return_range());
+        r->mutable_return_range();
+        break;
+      case v1::Call::kPublish:
+        status = calls_.Publish(c.view, call.publish(), r->mutable_publish());
+        break;
+      case v1::Call::REQUEST_NOT_SET:
+        // A report: the client's counters alone (recorded above).
+        if (!call.has_counters()) {
+          status = calls_.Refuse("a call", &c.view,
+                                 absl::InvalidArgumentError("Call frame without a request"));
+        }
+        break;
       default:
         status = calls_.Refuse("a call", &c.view,
                                absl::InvalidArgumentError("Call frame without a request"));
@@ -323,7 +342,22 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     e->set_code(static_cast<int>(status.code()));
     e->set_message(std::string(status.message()));
   }
-  return SendFrame(c, reply);
+  // Blocks of this session's ranges that came back travel just before the
+  // answer, in the same write: the daemon writes only when it answers.
+  const std::vector<ReturnedBlock> returned = registry_.TakeReturnedBlocks(c.session);
+  if (returned.empty()) return SendFrame(c, reply);
+  v1::SessionFrame note;
+  for (const ReturnedBlock& b : returned) {
+    auto* out = note.mutable_blocks_returned()->add_blocks();
+    out->set_range_id(b.range);
+    out->set_offset(b.offset);
+    out->set_size(b.size);
+  }
+  if (auto s = SendAll(c.fd.get(), EncodeFrame(note) + EncodeFrame(reply)); !s.ok()) {
+    Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", s.message()));
+    return Outcome::kDrop;
+  }
+  return Outcome::kKeep;
 }
 
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,

@@ -124,7 +124,9 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
       ao.tensor = t;
     }
     Buffer b = client.allocate(std::stoull(w[2]), ao);
-    const std::string id = std::to_string(b.id());
+    if (opts.count("publish")) b.publish();
+    // A buffer this client made has no id until published (see "id").
+    const std::string id = std::to_string(b.is_published() ? b.id() : 0);
     buffers[w[1]] = std::move(b);
     return "ok " + id;
   }
@@ -186,6 +188,32 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
     const auto& i = buffer(w[1]).info();
     return "ok backing=" + i.backing + " device=" + i.device_uuid +
            " size=" + std::to_string(i.size) + " reserved=" + std::to_string(i.reserved_size);
+  }
+  if (cmd == "id") {  // publishes a client-made buffer, as Buffer::id() does
+    need(2);
+    return "ok " + std::to_string(buffer(w[1]).id());
+  }
+  if (cmd == "publish") {
+    need(2);
+    buffer(w[1]).publish();
+    return "ok " + std::to_string(buffer(w[1]).id());
+  }
+  if (cmd == "trim") {
+    client.trim();
+    return "ok";
+  }
+  if (cmd == "stats") {  // the client's own books and paths
+    const auto s = client.stats();
+    return "ok client_made=" + std::to_string(s.client_made) +
+           " daemon_session=" + std::to_string(s.daemon_session) +
+           " daemon_grpc=" + std::to_string(s.daemon_grpc) +
+           " publishes=" + std::to_string(s.publishes) + " ranges=" + std::to_string(s.ranges) +
+           " range_bytes=" + std::to_string(s.range_bytes) +
+           " in_use_blocks=" + std::to_string(s.in_use_blocks) +
+           " in_use_bytes=" + std::to_string(s.in_use_bytes) +
+           " quarantined_bytes=" + std::to_string(s.quarantined_bytes) +
+           " maps_mapped=" + std::to_string(s.maps_mapped) +
+           " maps_imported=" + std::to_string(s.maps_imported);
   }
   if (cmd == "seal") {
     need(2);

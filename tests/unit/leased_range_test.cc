@@ -30,7 +30,7 @@ struct Returns {
   }
 };
 
-std::unique_ptr<LeasedRange> Range(Returns& r) {
+std::unique_ptr<LeasedRange> Range(Returns& r, uint64_t granularity = LeasedRange::kAlignment) {
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;
   info.pool_id = 7;
@@ -38,7 +38,8 @@ std::unique_ptr<LeasedRange> Range(Returns& r) {
   info.mapped_size = kLength;
   info.device_uuid = "GPU-x";
   return std::make_unique<LeasedRange>(
-      info, [&r](uint64_t offset, uint64_t size) { r.spans.emplace_back(offset, size); });
+      info, [&r](uint64_t offset, uint64_t size) { r.spans.emplace_back(offset, size); },
+      granularity);
 }
 
 TEST(LeasedRange, WithNothingCarvedItAllGoesBackWithTheRange) {
@@ -77,6 +78,25 @@ TEST(LeasedRange, ABufferThatGoesWhileTheRangeLivesGivesItsBytesToTheRange) {
   ASSERT_TRUE(again.ok());
   again->reset();
   range.reset();
+  EXPECT_TRUE(r.WholeOnce());
+}
+
+TEST(LeasedRange, BuffersSharingAPageKeepItTogetherPastTheRange) {
+  Returns r;
+  auto range = Range(r, 4096);
+  auto a = range->Carve(512, 1024);   // page 0
+  auto b = range->Carve(3584, 1024);  // pages 0 and 1
+  auto c = range->Carve(16384, 512);  // page 4
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  range.reset();
+  // Only whole pages no buffer touches go back: [8192, 16384) and [20480, end).
+  EXPECT_EQ(r.spans,
+            (std::vector<std::pair<uint64_t, uint64_t>>{{8192, 8192}, {20480, kLength - 20480}}));
+  a->reset();
+  EXPECT_EQ(r.spans.size(), 2u) << "pages 0-1 still hold b";
+  b->reset();
+  EXPECT_EQ(r.spans.back(), std::make_pair(uint64_t{0}, uint64_t{8192}));
+  c->reset();
   EXPECT_TRUE(r.WholeOnce());
 }
 

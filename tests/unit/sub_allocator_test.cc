@@ -60,7 +60,7 @@ class FakeLessor {
 
   SubAllocator Make(SubAllocator::Options o = {}) {
     return SubAllocator(
-        o, [this](uint64_t n, bool small) { return Lease(n, small); },
+        o, [this](uint64_t want, uint64_t, bool small) { return Lease(want, small); },
         [this](uint64_t id) { Return(id); });
   }
 
@@ -197,7 +197,7 @@ TEST(SubAllocator, TheLeaseRunsWithNoLockHeld) {
   uint64_t next = 1;
   SubAllocator a(
       {},
-      [&](uint64_t n, bool) {
+      [&](uint64_t n, uint64_t, bool) {
         (void)self->stats();  // would deadlock if the allocator held its lock here
         return SubAllocator::Range{next++, n};
       },
