@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/paths.h"
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "gpubroker/error.hpp"
@@ -39,7 +40,26 @@ std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
 }  // namespace
 
 void ThrowStatus(const absl::Status& status) {
-  ThrowError(static_cast<ErrorCode>(status.code()), std::string(View(status.message())));
+  ThrowError(static_cast<ErrorCode>(status.code()), std::string(View(status.message())),
+             static_cast<RefusalReason>(RefusalOf(status)));
+}
+
+void ThrowErrorFrame(const v1::ErrorFrame& error) {
+  ThrowError(static_cast<ErrorCode>(error.code()), error.message(),
+             static_cast<RefusalReason>(error.reason()));
+}
+
+RefusalReason ReasonOf(const grpc::Status& status) {
+  if (status.error_details().empty()) return RefusalReason::kNone;
+  v1::RpcStatus details;
+  if (!details.ParseFromString(status.error_details())) return RefusalReason::kNone;
+  for (const auto& any : details.details()) {
+    v1::ErrorInfo info;
+    if (any.Is<v1::ErrorInfo>() && any.UnpackTo(&info)) {
+      return static_cast<RefusalReason>(info.reason());
+    }
+  }
+  return RefusalReason::kNone;
 }
 
 ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
@@ -79,7 +99,7 @@ void ClientImpl::Throw(const grpc::Status& status) const {
       ThrowError(code, StrCat("gpubrokerd at ", socket_dir_, ": ", status.error_message()));
     }
   }
-  ThrowError(code, status.error_message());
+  ThrowError(code, status.error_message(), ReasonOf(status));
 }
 
 ImportedPool::~ImportedPool() {

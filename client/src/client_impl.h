@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "common/frame.h"
 #include "common/unique_fd.h"
+#include "gpubroker/error.hpp"
 #include "gpubroker/types.hpp"
 #include "gpubroker/v1/broker.grpc.pb.h"
 #include "gpubroker/v1/session.pb.h"
@@ -132,6 +133,10 @@ bool ParseBufferId(std::string_view name_or_id, BufferId* id);
 
 /// Throws the Error that matches an internal status.
 [[noreturn]] void ThrowStatus(const absl::Status& status);
+/// Throws the daemon's refusal that came on session.sock.
+[[noreturn]] void ThrowErrorFrame(const v1::ErrorFrame& error);
+/// The refusal reason in a failed gRPC call's details (kNone when it carries none).
+RefusalReason ReasonOf(const grpc::Status& status);
 
 #ifdef GPUBROKER_HAVE_CUDA
 /// Imports a CUDA pool's descriptor (consumed) on the device with this UUID.

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
@@ -204,9 +205,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
   {
     absl::MutexLock lock(&accounting_->mu);
     if (accounting_->used + rounded > capacity_) {
-      return absl::ResourceExhaustedError(StrCat("host pool full: requested ", rounded, " bytes, ",
-                                                 accounting_->used, " of ", capacity_, " in use, ",
-                                                 capacity_ - accounting_->used, " free"));
+      return OutOfMemoryRefusal(StrCat("host pool full: requested ", rounded, " bytes, ",
+                                       accounting_->used, " of ", capacity_, " in use, ",
+                                       capacity_ - accounting_->used, " free"));
     }
     accounting_->used += rounded;
   }
@@ -238,9 +239,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
   }
   if (!offset) {
     give_back();
-    return absl::ResourceExhaustedError(StrCat("host pool of tenant '", req.tenant,
-                                               "' fragmented: requested ", rounded,
-                                               " bytes, largest free range ", largest));
+    return OutOfMemoryRefusal(StrCat("host pool of tenant '", req.tenant,
+                                     "' fragmented: requested ", rounded,
+                                     " bytes, largest free range ", largest));
   }
   return std::make_unique<ArenaBuffer>(arena, accounting_, *offset, rounded);
 }

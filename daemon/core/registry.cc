@@ -14,11 +14,6 @@ namespace {
 
 std::string TokenKey(const Token& t) { return std::string(t.begin(), t.end()); }
 
-absl::Status WithReason(absl::Status status, std::string_view reason) {
-  status.SetPayload(kRefusalReasonKey, absl::Cord(std::string(reason)));
-  return status;
-}
-
 std::string BackingName(ImportKind kind) {
   switch (kind) {
     case ImportKind::kHostArena:
@@ -39,11 +34,6 @@ std::string BackingName(ImportKind kind) {
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
 }  // namespace
-
-std::string RefusalReason(const absl::Status& status) {
-  auto payload = status.GetPayload(kRefusalReasonKey);
-  return payload ? std::string(*payload) : std::string();
-}
 
 std::string BufferKey::ToString() const {
   return id != 0 ? StrCat("id ", id) : StrCat("'", name, "'");
@@ -222,10 +212,9 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   if (!device.ok()) return device.status();
   const DeviceInfo& dev = backend_.devices()[*device];
   if (p.size > dev.capacity_bytes) {
-    return WithReason(
-        absl::InvalidArgumentError(StrCat("size ", p.size, " bytes exceeds the capacity of device ",
-                                          dev.uuid, " (", dev.capacity_bytes, " bytes)")),
-        "invalid");
+    return absl::InvalidArgumentError(StrCat("size ", p.size,
+                                             " bytes exceeds the capacity of device ", dev.uuid,
+                                             " (", dev.capacity_bytes, " bytes)"));
   }
 
   std::string tenant;
@@ -250,10 +239,9 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
     const uint64_t quota = tenants_.QuotaFor(tenant);
     if (quota != 0 && usage.used_bytes + rounded > quota) {
       const uint64_t left = quota > usage.used_bytes ? quota - usage.used_bytes : 0;
-      return WithReason(absl::ResourceExhaustedError(StrCat(
-                            "tenant '", tenant, "' over quota: requested ", rounded, " bytes, ",
-                            usage.used_bytes, " of ", quota, " in use, ", left, " left")),
-                        "quota");
+      return QuotaRefusal(StrCat("tenant '", tenant, "' over quota: requested ", rounded,
+                                 " bytes, ", usage.used_bytes, " of ", quota, " in use, ", left,
+                                 " left"));
     }
     // Reserve quota and name before the backend call, which runs unlocked.
     usage.used_bytes += rounded;
@@ -278,10 +266,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   };
   if (!memory.ok()) {
     roll_back();
-    if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
-      return WithReason(memory.status(), "out_of_memory");
-    }
-    return memory.status();
+    return memory.status();  // a refusal for want of memory carries its reason from the backend
   }
   Session* s = FindSession(session_id);
   if (shutting_down_ || s == nullptr) {

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/refusal.h"
 #include "common/token.h"
 #include "common/unix_socket.h"
 #include "daemon/backend/backend.h"
@@ -21,12 +22,6 @@
 #include "daemon/core/types.h"
 
 namespace gpubroker {
-
-/// Payload key on a RESOURCE_EXHAUSTED status: "quota" or "out_of_memory".
-inline constexpr const char* kRefusalReasonKey = "gpubroker.v1/reason";
-
-/// "quota", "out_of_memory", or "" for a status that carries no reason.
-std::string RefusalReason(const absl::Status& status);
 
 struct SessionView {
   SessionId id = 0;

@@ -1,7 +1,7 @@
 #include "daemon/metrics/metrics.h"
 
+#include "common/refusal.h"
 #include "common/version.h"
-#include "daemon/core/registry.h"
 #include "prometheus/metric_family.h"
 
 namespace gpubroker {
@@ -96,13 +96,14 @@ Metrics::Metrics(Sampler sampler)
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
                             .Add({})) {
-  alloc_ok_ = &allocations_.Add({{"result", "ok"}});
-  alloc_quota_ = &allocations_.Add({{"result", "quota"}});
-  alloc_oom_ = &allocations_.Add({{"result", "out_of_memory"}});
-  alloc_invalid_ = &allocations_.Add({{"result", "invalid"}});
   sessions_closed_ = &sessions_total_.Add({{"end", "closed"}});
   sessions_died_ = &sessions_total_.Add({{"end", "died"}});
-  for (const char* r : {"ok", "not_found", "not_sealed", "timeout", "invalid", "unavailable"}) {
+  // Every label exists from the start, so that rates and alerts see zeros.
+  for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
+    allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
+  }
+  for (const char* r :
+       {"ok", "not_found", "not_sealed", "timeout", "cancelled", "invalid", "unavailable"}) {
     open_results_.emplace_back(r, &opens_.Add({{"result", r}}));
   }
 }
@@ -113,9 +114,10 @@ std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() co
 
 std::string_view Metrics::AllocationResult(const absl::Status& status) {
   if (status.ok()) return "ok";
-  const std::string reason = RefusalReason(status);
-  if (reason == "quota") return "quota";
-  if (reason == "out_of_memory") return "out_of_memory";
+  if (const Refusal refusal = RefusalOf(status); refusal != Refusal::kNone) {
+    return RefusalName(refusal);
+  }
+  if (status.code() == absl::StatusCode::kUnavailable) return "unavailable";
   return "invalid";
 }
 
@@ -128,8 +130,9 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition:
       return "not_sealed";
     case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
       return "timeout";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
     case absl::StatusCode::kUnavailable:
       return "unavailable";
     default:
@@ -137,28 +140,24 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
   }
 }
 
-void Metrics::Allocation(std::string_view result, double seconds) {
-  if (result == "ok") {
-    alloc_ok_->Increment();
-    allocation_seconds_.Observe(seconds);
-  } else if (result == "quota") {
-    alloc_quota_->Increment();
-  } else if (result == "out_of_memory") {
-    alloc_oom_->Increment();
-  } else {
-    alloc_invalid_->Increment();
+namespace {
+
+prometheus::Counter& Find(std::vector<std::pair<std::string, prometheus::Counter*>>& counters,
+                          std::string_view label, prometheus::Family<prometheus::Counter>& family) {
+  for (auto& [name, counter] : counters) {
+    if (name == label) return *counter;
   }
+  return family.Add({{"result", std::string(label)}});
 }
 
-void Metrics::Open(std::string_view result) {
-  for (auto& [label, counter] : open_results_) {
-    if (label == result) {
-      counter->Increment();
-      return;
-    }
-  }
-  opens_.Add({{"result", std::string(result)}}).Increment();
+}  // namespace
+
+void Metrics::Allocation(std::string_view result, double seconds) {
+  Find(allocation_results_, result, allocations_).Increment();
+  if (result == "ok") allocation_seconds_.Observe(seconds);
 }
+
+void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 
 void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }
 

@@ -54,7 +54,7 @@ class Metrics {
   /// What an exposer serves: the counters and histograms, and the gauges.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
-  /// result: ok, quota, out_of_memory, invalid (any other refusal counts as invalid).
+  /// result: ok, quota, out_of_memory, limit, unavailable, invalid (any other refusal).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
   void Reclaimed(uint64_t bytes);
@@ -63,7 +63,8 @@ class Metrics {
 
   /// The label for an Allocate outcome.
   static std::string_view AllocationResult(const absl::Status& status);
-  /// The label for an Open outcome: ok, not_found, not_sealed, timeout, invalid, unavailable.
+  /// The label for an Open outcome: ok, not_found, not_sealed, timeout, cancelled, invalid,
+  /// unavailable.
   static std::string_view OpenResult(const absl::Status& status);
 
  private:
@@ -76,13 +77,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& sessions_total_;
   prometheus::Counter& reclaimed_;
   prometheus::Histogram& allocation_seconds_;
-  prometheus::Counter* alloc_ok_;
-  prometheus::Counter* alloc_quota_;
-  prometheus::Counter* alloc_oom_;
-  prometheus::Counter* alloc_invalid_;
   prometheus::Counter* sessions_closed_;
   prometheus::Counter* sessions_died_;
   prometheus::Counter& sessions_started_;
+  std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;
 };
 

@@ -1,10 +1,31 @@
 #include "daemon/service/convert.h"
 
+#include "common/refusal.h"
+
 namespace gpubroker {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  const auto code = static_cast<grpc::StatusCode>(status.code());
+  std::string message(status.message());
+  const Refusal refusal = RefusalOf(status);
+  if (refusal == Refusal::kNone) return grpc::Status(code, std::move(message));
+  // The reason goes in the status details (grpc-status-details-bin), as
+  // google.rpc.Status carries it, so that any gRPC client can read it.
+  v1::RpcStatus details;
+  details.set_code(static_cast<int32_t>(status.code()));
+  details.set_message(message);
+  v1::ErrorInfo info;
+  info.set_reason(static_cast<v1::RefusalReason>(refusal));
+  details.add_details()->PackFrom(info);
+  return grpc::Status(code, std::move(message), details.SerializeAsString());
+}
+
+void ToErrorFrame(const absl::Status& status, uint64_t request_id, v1::ErrorFrame* out) {
+  out->set_request_id(request_id);
+  out->set_code(static_cast<int32_t>(status.code()));
+  out->set_message(std::string(status.message()));
+  out->set_reason(static_cast<v1::RefusalReason>(RefusalOf(status)));
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
+#include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
@@ -225,18 +226,16 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   }
   v1::SessionFrame reply;
   if (hello.protocol_version() != kProtocolVersion) {
-    auto* e = reply.mutable_error();
-    e->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
-    e->set_message(StrCat("protocol version ", hello.protocol_version(),
-                          " is not supported; this daemon speaks ", kProtocolVersion));
+    ToErrorFrame(absl::FailedPreconditionError(StrCat("protocol version ", hello.protocol_version(),
+                                                      " is not supported; this daemon speaks ",
+                                                      kProtocolVersion)),
+                 0, reply.mutable_error());
     SendFrame(c, reply);
     return Outcome::kDrop;
   }
   auto session = registry_.OpenSession(c.peer, hello.client_name().substr(0, 64));
   if (!session.ok()) {
-    auto* e = reply.mutable_error();
-    e->set_code(static_cast<int>(session.status().code()));
-    e->set_message(std::string(session.status().message()));
+    ToErrorFrame(session.status(), 0, reply.mutable_error());
     SendFrame(c, reply);
     return Outcome::kDrop;
   }
@@ -267,10 +266,7 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
   v1::SessionFrame reply;
   if (!grant.ok()) {
     Warn(StrCat("session ", c.session, ": fd request refused: ", grant.status().message()));
-    auto* e = reply.mutable_error();
-    e->set_request_id(request.request_id());
-    e->set_code(static_cast<int>(grant.status().code()));
-    e->set_message(std::string(grant.status().message()));
+    ToErrorFrame(grant.status(), request.request_id(), reply.mutable_error());
     return SendFrame(c, reply);
   }
   auto* g = reply.mutable_fd_grant();
@@ -318,10 +314,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   }
   if (!status.ok()) {
     reply.Clear();
-    auto* e = reply.mutable_error();
-    e->set_request_id(call.request_id());
-    e->set_code(static_cast<int>(status.code()));
-    e->set_message(std::string(status.message()));
+    ToErrorFrame(status, call.request_id(), reply.mutable_error());
   }
   return SendFrame(c, reply);
 }

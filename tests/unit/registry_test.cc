@@ -249,7 +249,7 @@ TEST_P(RegistryTest, QuotaRefusesWithTheNumbersAndFreesUp) {
   auto a = Alloc(s, 3 * kMiB);
   auto over = registry_->Allocate(s, {.size = 2 * kMiB});
   ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(RefusalReason(over.status()), "quota");
+  EXPECT_EQ(RefusalOf(over.status()), Refusal::kQuota);
   const std::string msg(over.status().message());
   EXPECT_NE(msg.find("team"), std::string::npos) << msg;
   const uint64_t asked = backend_->RoundedSize(0, 2 * kMiB, false);
@@ -360,7 +360,7 @@ TEST(RegistryOnHost, DeviceFullRollsBackNameAndQuota) {
   ASSERT_TRUE(registry.Allocate(s->id, {.size = 3 * kMiB}).ok());
   auto full = registry.Allocate(s->id, {.size = 2 * kMiB, .name = "wanted"});
   ASSERT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(RefusalReason(full.status()), "out_of_memory");
+  EXPECT_EQ(RefusalOf(full.status()), Refusal::kOutOfMemory);
   EXPECT_EQ(registry.Snapshot().tenants[0].used_bytes, 3 * kMiB);
   EXPECT_TRUE(registry.Allocate(s->id, {.size = kMiB, .name = "wanted"}).ok())
       << "the name of a refused allocation must be free again";

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/cuda/cuda_util.h"
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "common/units.h"
@@ -227,8 +228,8 @@ class FenceSlot {
                                         const std::string& tenant, const std::string& uuid) {
     const std::optional<uint32_t> slot = page->Take();
     if (!slot) {
-      return absl::ResourceExhaustedError(StrCat(
-          "tenant '", tenant, "' has too many live buffers on ", uuid, " (no fence slot left)"));
+      return LimitRefusal(StrCat("tenant '", tenant, "' has too many live buffers on ", uuid,
+                                 " (no fence slot left)"));
     }
     return FenceSlot(std::move(page), *slot);
   }
@@ -530,9 +531,9 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::Allocate(const Alloc
   const uint64_t before = d.used.fetch_add(estimate);
   if (before + estimate > d.capacity) {
     d.used -= estimate;
-    return absl::ResourceExhaustedError(
-        StrCat("device ", d.info.uuid, " full: requested ", estimate, " bytes, ", before, " of ",
-               d.capacity, " in use, ", d.capacity > before ? d.capacity - before : 0, " free"));
+    return OutOfMemoryRefusal(StrCat("device ", d.info.uuid, " full: requested ", estimate,
+                                     " bytes, ", before, " of ", d.capacity, " in use, ",
+                                     d.capacity > before ? d.capacity - before : 0, " free"));
   }
   auto buffer = UsesVmm(req.size, req.isolated)                  ? AllocateVmm(d, req)
                 : options_.small_buffers == SmallBuffers::kArena ? AllocateFromArena(d, req)
@@ -566,7 +567,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocatePooled(
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (err == cudaErrorMemoryAllocation) {
-        return absl::ResourceExhaustedError(
+        return OutOfMemoryRefusal(
             StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
                    " bytes failed (pool of tenant '", req.tenant, "' holds ",
                    PoolAttribute((*pool)->pool, cudaMemPoolAttrReservedMemCurrent), " bytes)"));
@@ -629,8 +630,8 @@ absl::StatusOr<std::shared_ptr<CudaBackend::Slab>> CudaBackend::NewSlab(Device& 
   }
   if (!memory.ok()) {
     if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
-      return absl::ResourceExhaustedError(StrCat("out of memory on ", d.info.uuid, ": a ", want,
-                                                 "-byte slab for tenant '", tenant, "' failed"));
+      return OutOfMemoryRefusal(StrCat("out of memory on ", d.info.uuid, ": a ", want,
+                                       "-byte slab for tenant '", tenant, "' failed"));
     }
     return memory.status();
   }
@@ -717,7 +718,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::AllocateVmm(
     }
     if (!made.ok()) {
       if (made.status().code() == absl::StatusCode::kResourceExhausted) {
-        return absl::ResourceExhaustedError(
+        return OutOfMemoryRefusal(
             StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
       }
       return made.status();
