@@ -59,16 +59,19 @@ inline std::string_view RefusalName(Refusal refusal) {
 
 /// RESOURCE_EXHAUSTED, each with its refusal attached.
 inline absl::Status QuotaRefusal(std::string_view message) {
-  return WithRefusal(absl::ResourceExhaustedError(absl::string_view(message.data(), message.size())),
-                     Refusal::kQuota);
+  return WithRefusal(
+      absl::ResourceExhaustedError(absl::string_view(message.data(), message.size())),
+      Refusal::kQuota);
 }
 inline absl::Status OutOfMemoryRefusal(std::string_view message) {
-  return WithRefusal(absl::ResourceExhaustedError(absl::string_view(message.data(), message.size())),
-                     Refusal::kOutOfMemory);
+  return WithRefusal(
+      absl::ResourceExhaustedError(absl::string_view(message.data(), message.size())),
+      Refusal::kOutOfMemory);
 }
 inline absl::Status LimitRefusal(std::string_view message) {
-  return WithRefusal(absl::ResourceExhaustedError(absl::string_view(message.data(), message.size())),
-                     Refusal::kLimit);
+  return WithRefusal(
+      absl::ResourceExhaustedError(absl::string_view(message.data(), message.size())),
+      Refusal::kLimit);
 }
 
 }  // namespace gpubroker

@@ -12,10 +12,10 @@ using prometheus::MetricType;
 
 class Metrics::StateCollector final : public prometheus::Collectable {
  public:
-  explicit StateCollector(Sampler sampler) : sampler_(std::move(sampler)) {}
+  explicit StateCollector(const NodeStatusCollector& status) : status_(status) {}
 
   std::vector<MetricFamily> Collect() const override {
-    const MetricsSample s = sampler_();
+    const NodeStatus s = status_.Collect();
     std::vector<MetricFamily> out;
     auto gauge = [&](const char* name, const char* help) -> MetricFamily& {
       out.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
@@ -47,10 +47,11 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     auto& free = gauge("gpubroker_device_free_bytes",
                        "Free memory of the device as the driver or kernel reports it.");
     for (const auto& d : s.devices) {
-      add(capacity, {{"device", d.uuid}}, static_cast<double>(d.capacity_bytes));
-      add(reserved, {{"device", d.uuid}}, static_cast<double>(d.reserved_bytes));
-      add(used, {{"device", d.uuid}}, static_cast<double>(d.used_bytes));
-      add(free, {{"device", d.uuid}}, static_cast<double>(d.free_bytes));
+      const std::string& uuid = d.info.uuid;
+      add(capacity, {{"device", uuid}}, static_cast<double>(d.usage.capacity_bytes));
+      add(reserved, {{"device", uuid}}, static_cast<double>(d.usage.reserved_bytes));
+      add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
+      add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
     auto& quota = gauge("gpubroker_tenant_quota_bytes", "Byte quota per tenant (0: unlimited).");
     for (const auto& t : s.tenants) {
@@ -60,12 +61,12 @@ class Metrics::StateCollector final : public prometheus::Collectable {
   }
 
  private:
-  Sampler sampler_;
+  const NodeStatusCollector& status_;
 };
 
-Metrics::Metrics(Sampler sampler)
+Metrics::Metrics(const NodeStatusCollector& status)
     : registry_(std::make_shared<prometheus::Registry>()),
-      state_(std::make_shared<StateCollector>(std::move(sampler))),
+      state_(std::make_shared<StateCollector>(status)),
       allocations_(prometheus::BuildCounter()
                        .Name("gpubroker_allocations_total")
                        .Help("Allocate calls by result.")

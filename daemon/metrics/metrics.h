@@ -1,13 +1,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "daemon/core/node_status.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -17,39 +17,13 @@
 
 namespace gpubroker {
 
-/// The state that gauges report, sampled when Prometheus scrapes: gauges are
-/// read off the registry and the backend rather than kept in step with them.
-struct MetricsSample {
-  struct Device {
-    std::string uuid;
-    uint64_t capacity_bytes = 0;
-    uint64_t reserved_bytes = 0;
-    uint64_t used_bytes = 0;
-    uint64_t free_bytes = 0;
-  };
-  struct Cell {
-    std::string device_uuid;
-    std::string tenant;
-    uint32_t buffers = 0;
-    uint64_t bytes = 0;
-  };
-  struct Tenant {
-    std::string name;
-    uint64_t quota_bytes = 0;
-  };
-  uint32_t sessions = 0;
-  std::vector<Device> devices;
-  std::vector<Cell> cells;
-  std::vector<Tenant> tenants;
-};
-
 /// Every metric of the daemon, built once here. Names follow Prometheus
 /// conventions (base units, _total on counters); no pid or buffer id labels.
 class Metrics {
  public:
-  using Sampler = std::function<MetricsSample()>;
-
-  explicit Metrics(Sampler sampler);
+  /// Gauges are read off `status` when Prometheus scrapes, rather than kept in
+  /// step with the registry and the backend.
+  explicit Metrics(const NodeStatusCollector& status);
 
   /// What an exposer serves: the counters and histograms, and the gauges.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;

@@ -18,24 +18,6 @@ namespace {
 
 constexpr auto kSweepInterval = std::chrono::milliseconds(100);
 
-v1::FdKind ToWire(FdKind kind) {
-  switch (kind) {
-    case FdKind::kHostArena:
-      return v1::FD_KIND_HOST_ARENA;
-    case FdKind::kHostBuffer:
-      return v1::FD_KIND_HOST_BUFFER;
-    case FdKind::kCudaPool:
-      return v1::FD_KIND_CUDA_POOL;
-    case FdKind::kCudaVmm:
-      return v1::FD_KIND_CUDA_VMM;
-    case FdKind::kCudaFences:
-      return v1::FD_KIND_CUDA_FENCES;
-    case FdKind::kCudaSlab:
-      return v1::FD_KIND_CUDA_SLAB;
-  }
-  return v1::FD_KIND_UNSPECIFIED;
-}
-
 std::string Describe(const PeerCredentials& p) {
   return StrCat("pid ", p.pid, " uid ", p.uid, " gid ", p.gid);
 }
@@ -241,25 +223,17 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   }
   c.session = session->id;
   c.view = *session;
-  if (metrics_ != nullptr) metrics_->SessionStarted();
+  metrics_.SessionStarted();
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
-  auto* w = reply.mutable_welcome();
-  w->set_session_id(session->id);
-  w->set_token(std::string(session->token.begin(), session->token.end()));
-  w->set_tenant(session->tenant);
-  w->set_daemon_version(kVersion);
-  w->set_backend(std::string(registry_.backend().name()));
-  w->set_protocol_version(kProtocolVersion);
-  const uint64_t quick = registry_.backend().QuickAllocationLimit();
-  w->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
+  ToWelcome(*session, registry_.backend(), reply.mutable_welcome());
   return SendFrame(c, reply);
 }
 
 SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdRequest& request) {
-  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no pool or buffer");
-  if (request.target_case() == v1::FdRequest::kPoolId) {
-    grant = registry_.ExportPoolFd(c.session, request.pool_id());
+  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no region or buffer");
+  if (request.target_case() == v1::FdRequest::kRegionId) {
+    grant = registry_.ExportRegionFd(c.session, request.region_id());
   } else if (request.target_case() == v1::FdRequest::kBufferId) {
     grant = registry_.ExportBufferFd(c.session, request.buffer_id());
   }
@@ -269,13 +243,7 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
     ToErrorFrame(grant.status(), request.request_id(), reply.mutable_error());
     return SendFrame(c, reply);
   }
-  auto* g = reply.mutable_fd_grant();
-  g->set_request_id(request.request_id());
-  g->set_kind(ToWire(grant->kind));
-  if (request.target_case() == v1::FdRequest::kPoolId) g->set_pool_id(request.pool_id());
-  if (request.target_case() == v1::FdRequest::kBufferId) g->set_buffer_id(request.buffer_id());
-  g->set_size(grant->size);
-  g->set_device_uuid(grant->device_uuid);
+  ToProto(*grant, request, reply.mutable_fd_grant());
   return SendFrame(c, reply, grant->fd.get());  // our copy closes when `grant` goes
 }
 
@@ -332,10 +300,8 @@ void SessionServer::EndSession(Connection& c, bool clean) {
   if (c.session == 0) return;
   const SessionEndReport r = registry_.EndSession(c.session);
   c.session = 0;
-  if (metrics_ != nullptr) {
-    metrics_->SessionEnded(clean);
-    if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
-  }
+  metrics_.SessionEnded(clean);
+  if (r.reclaimed_bytes > 0) metrics_.Reclaimed(r.reclaimed_bytes);
   spdlog::info("session {} {}: {} tenant '{}', {} leases dropped", r.session.id,
                clean ? "closed" : "died", Describe(r.session.peer), r.session.tenant,
                r.leases_dropped);

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common/frame.h"
+#include "common/wire/frame.h"
 #include "common/refusal.h"
 #include "google/protobuf/stubs/logging.h"
 

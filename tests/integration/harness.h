@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/frame.h"
+#include "common/wire/frame.h"
 #include "common/unique_fd.h"
 #include "gpubroker/v1/session.pb.h"
 

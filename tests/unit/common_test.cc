@@ -1,7 +1,7 @@
 // Frames, names, units, tokens.
 #include <string>
 
-#include "common/frame.h"
+#include "common/wire/frame.h"
 #include "common/names.h"
 #include "common/token.h"
 #include "common/units.h"
