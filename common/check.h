@@ -11,9 +11,9 @@ namespace gpubroker::detail {
 /// file:line, the condition and `msg` to stderr and aborts. Safe in
 /// destructors and noexcept code. Input from clients is answered with an
 /// absl::Status instead.
-#define GPUBROKER_CHECK(cond, msg)                                              \
-  do {                                                                          \
-    if (!(cond)) [[unlikely]] {                                                 \
-      ::gpubroker::detail::CheckFailed(__FILE__, __LINE__, #cond, (msg));       \
-    }                                                                           \
+#define GPUBROKER_CHECK(cond, msg)                                        \
+  do {                                                                    \
+    if (!(cond)) [[unlikely]] {                                           \
+      ::gpubroker::detail::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
+    }                                                                     \
   } while (false)

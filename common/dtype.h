@@ -16,10 +16,10 @@ struct DTypeTraits {
 /// Every gpubroker.v1.DType, indexed by value (row 0 is DTYPE_UNSPECIFIED,
 /// 0 bytes): the one table that the daemon and the client read.
 inline constexpr DTypeTraits kDTypes[] = {
-    {0, "unspecified", 0}, {1, "bool", 1},       {2, "int8", 1},       {3, "uint8", 1},
-    {4, "int16", 2},       {5, "uint16", 2},     {6, "int32", 4},      {7, "uint32", 4},
-    {8, "int64", 8},       {9, "uint64", 8},     {10, "float16", 2},   {11, "bfloat16", 2},
-    {12, "float32", 4},    {13, "float64", 8},   {14, "complex64", 8}, {15, "complex128", 16},
+    {0, "unspecified", 0}, {1, "bool", 1},     {2, "int8", 1},       {3, "uint8", 1},
+    {4, "int16", 2},       {5, "uint16", 2},   {6, "int32", 4},      {7, "uint32", 4},
+    {8, "int64", 8},       {9, "uint64", 8},   {10, "float16", 2},   {11, "bfloat16", 2},
+    {12, "float32", 4},    {13, "float64", 8}, {14, "complex64", 8}, {15, "complex128", 16},
 };
 
 /// The row of a DType value; nullptr when the value is unknown.

@@ -14,11 +14,11 @@
 
 /// Returns the status of `expr` (an absl::Status) from the enclosing function
 /// when it is not OK.
-#define GPUBROKER_RETURN_IF_ERROR(expr)                                  \
-  do {                                                                   \
+#define GPUBROKER_RETURN_IF_ERROR(expr)                                       \
+  do {                                                                        \
     if (::absl::Status _gpubroker_status = (expr); !_gpubroker_status.ok()) { \
-      return _gpubroker_status;                                          \
-    }                                                                    \
+      return _gpubroker_status;                                               \
+    }                                                                         \
   } while (false)
 
 /// `lhs = value of expr` (an absl::StatusOr), or returns its status from the

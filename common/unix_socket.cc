@@ -1,4 +1,3 @@
-#include "common/status_macros.h"
 #include "common/unix_socket.h"
 
 #include <errno.h>
@@ -10,6 +9,7 @@
 
 #include <cstring>
 
+#include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace gpubroker {

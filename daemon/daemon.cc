@@ -17,15 +17,15 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
 #include "common/version.h"
-#include "daemon/create_backend.h"
 #include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
+#include "daemon/create_backend.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
 #include "daemon/session/session_server.h"
@@ -195,7 +195,8 @@ absl::Status Daemon::Start() {
   backend_ = std::move(choice.backend);
   backend_why_ = choice.why;
 
-  GPUBROKER_ASSIGN_OR_RETURN(auto tenants, TenantDirectory::Create(options_.tenants, options_.default_quota_bytes));
+  GPUBROKER_ASSIGN_OR_RETURN(
+      auto tenants, TenantDirectory::Create(options_.tenants, options_.default_quota_bytes));
   registry_ = std::make_unique<Registry>(*backend_, std::move(tenants));
 
   status_ = std::make_unique<NodeStatusCollector>(*registry_, *backend_);

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
-#include "common/wire/frame.h"
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
 #include "gpubroker/error.hpp"
 #include "gpubroker/types.hpp"
 #include "gpubroker/v1/broker.grpc.pb.h"

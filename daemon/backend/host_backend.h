@@ -35,8 +35,8 @@ class HostBackend final : public Backend {
   absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) override;
   DeviceUsage Usage(int device) const override;
 
-  class Arena;        // one tenant's memfd and its range allocator
-  class OwnMemfds;    // the memfds of buffers shared across tenants, for Usage
+  class Arena;      // one tenant's memfd and its range allocator
+  class OwnMemfds;  // the memfds of buffers shared across tenants, for Usage
 
  private:
   absl::StatusOr<std::shared_ptr<Arena>> ArenaFor(const std::string& tenant);

@@ -36,7 +36,7 @@ void RangeAllocator::Free(uint64_t offset, uint64_t size) {
   GPUBROKER_CHECK(size > 0 && offset + size <= capacity_, "range outside the allocator");
   auto next = by_offset_.lower_bound(offset);
   GPUBROKER_CHECK(next == by_offset_.end() || offset + size <= next->first,
-                    "freed range overlaps a free range");
+                  "freed range overlaps a free range");
   uint64_t start = offset;
   uint64_t length = size;
   if (next != by_offset_.begin()) {

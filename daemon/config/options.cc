@@ -3,8 +3,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/status_macros.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "yaml-cpp/yaml.h"

@@ -343,8 +343,8 @@ absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
         StrCat("seal needs a lease on buffer ", id, "; open it first"));
   }
   if (b->view.tenant != s->view.tenant) {
-    return absl::PermissionDeniedError(StrCat("buffer ", id, " belongs to tenant '",
-                                              b->view.tenant, "'; only its tenant may seal it"));
+    return absl::PermissionDeniedError(StrCat("buffer ", id, " belongs to tenant '", b->view.tenant,
+                                              "'; only its tenant may seal it"));
   }
   if (b->view.state != BufferState::kSealed) {
     b->view.state = BufferState::kSealed;

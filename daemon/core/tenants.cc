@@ -1,7 +1,7 @@
 #include "daemon/core/tenants.h"
 
-#include "common/status_macros.h"
 #include "common/names.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace gpubroker {

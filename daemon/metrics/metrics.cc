@@ -92,13 +92,13 @@ Metrics::Metrics(const NodeStatusCollector& status)
               .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
                                                                5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                2.5e-3, 5e-3, 1e-2, 0.1, 1})),
+      sessions_closed_(sessions_total_.Add({{"end", "closed"}})),
+      sessions_died_(sessions_total_.Add({{"end", "died"}})),
       sessions_started_(prometheus::BuildCounter()
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
                             .Add({})) {
-  sessions_closed_ = &sessions_total_.Add({{"end", "closed"}});
-  sessions_died_ = &sessions_total_.Add({{"end", "died"}});
   // Every label exists from the start, so that rates and alerts see zeros.
   for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
     allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
@@ -162,7 +162,7 @@ void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_
 
 void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }
 
-void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_)->Increment(); }
+void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
 
 void Metrics::SessionStarted() { sessions_started_.Increment(); }
 

@@ -51,8 +51,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& sessions_total_;
   prometheus::Counter& reclaimed_;
   prometheus::Histogram& allocation_seconds_;
-  prometheus::Counter* sessions_closed_;
-  prometheus::Counter* sessions_died_;
+  prometheus::Counter& sessions_closed_;
+  prometheus::Counter& sessions_died_;
   prometheus::Counter& sessions_started_;
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;

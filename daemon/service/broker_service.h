@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "daemon/core/registry.h"
 #include "daemon/core/node_status.h"
+#include "daemon/core/registry.h"
 #include "daemon/service/calls.h"
 #include "daemon/service/convert.h"
 #include "gpubroker/v1/broker.grpc.pb.h"

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common/wire/frame.h"
 #include "common/refusal.h"
+#include "common/wire/frame.h"
 #include "google/protobuf/stubs/logging.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

@@ -11,8 +11,8 @@
 #include <map>
 
 #include "common/cuda/cuda_util.h"
-#include "common/wire/frame.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"

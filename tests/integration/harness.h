@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/wire/frame.h"
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
 #include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker::testing {

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <random>
 
-#include "common/wire/frame.h"
 #include "common/token.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"

@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include "common/status_macros.h"
 #include "common/cuda/cuda_util.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace gpubroker {

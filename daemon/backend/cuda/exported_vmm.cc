@@ -25,10 +25,9 @@ absl::StatusOr<ExportedVmm> ExportedVmm::Create(const cuda::DriverApi& api, int 
     return s;
   }
   int fd = -1;
-  GPUBROKER_RETURN_IF_ERROR(
-      api.Check(api.cuMemExportToShareableHandle(&fd, m.handle_,
-                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                StrCat("cuMemExportToShareableHandle (", what, ")")));
+  GPUBROKER_RETURN_IF_ERROR(api.Check(
+      api.cuMemExportToShareableHandle(&fd, m.handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      StrCat("cuMemExportToShareableHandle (", what, ")")));
   m.fd_.reset(fd);
   return m;
 }
