@@ -45,6 +45,39 @@ class _CudaHold(_Hold):
         return self._iface
 
 
+class _Facts:
+    """What a handle says about its buffer, read in one go."""
+
+    __slots__ = ("id", "nbytes", "name", "device", "is_owner", "base", "dt", "dtype", "shape",
+                 "strides", "byte_offset")  # fmt: skip
+
+    def __init__(self, lib: Any, handle: int):
+        self.id: int = lib.buffer_id(handle)
+        self.nbytes: int = lib.buffer_size(handle)
+        self.name: str = lib.buffer_name(handle).decode()
+        self.device: str = lib.buffer_device(handle).decode()
+        self.is_owner = bool(lib.buffer_is_owner(handle))
+        self.base: int = lib.buffer_data(handle) or 0
+        dtype, ndim = c_int32(), c_uint32()
+        shape, strides = ctypes.POINTER(c_int64)(), ctypes.POINTER(c_int64)()
+        offset = c_uint64()
+        rc = lib.buffer_tensor(handle, byref(dtype), byref(ndim), byref(shape), byref(strides),
+                               byref(offset))  # fmt: skip
+        if rc == _NOT_FOUND:
+            self.dt: Optional[_dtypes.DType] = None
+            self.dtype: Optional[str] = None
+            self.shape: Optional[Tuple[int, ...]] = None
+            self.strides: Optional[Tuple[int, ...]] = None
+            self.byte_offset = 0
+        else:
+            n = ndim.value
+            self.dt = _dtypes.BY_CODE.get(dtype.value)
+            self.dtype = self.dt.name if self.dt else None
+            self.shape = tuple(shape[:n])
+            self.strides = tuple(strides[:n])
+            self.byte_offset = offset.value
+
+
 class Buffer:
     """A lease on a broker buffer and this process's mapping of it.
 
@@ -62,44 +95,45 @@ class Buffer:
     first element's address), ``is_sealed``, ``is_owner``, ``is_cuda``.
     """
 
-    __slots__ = (
-        "_lib", "_h", "_lock", "_pin", "_generation", "id", "name", "nbytes", "device",
-        "device_id", "is_owner", "shape", "dtype", "strides", "byte_offset", "_base", "_dt",
-        "__weakref__",
-    )  # fmt: skip
+    __slots__ = ("_lib", "_h", "_lock", "_pin", "_generation", "device_id", "_facts",
+                 "__weakref__")  # fmt: skip
 
     def __init__(self, lib: Any, handle: int):
         self._lib = lib
         self._h: Optional[int] = handle
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # properties read facts under it too
         self._pin: Optional[int] = None  # a view held for the Buffer's own interfaces
         self._generation = _fork.generation
-        py = lib
-        self.id: int = py.buffer_id(handle)
-        self.nbytes: int = py.buffer_size(handle)
-        self.name: str = py.buffer_name(handle).decode()
-        self.device: str = py.buffer_device(handle).decode()
-        self.device_id: int = py.buffer_device_ordinal(handle)
-        self.is_owner: bool = bool(py.buffer_is_owner(handle))
-        self._base: int = py.buffer_data(handle) or 0
-        dtype, ndim = c_int32(), c_uint32()
-        shape, strides = ctypes.POINTER(c_int64)(), ctypes.POINTER(c_int64)()
-        offset = c_uint64()
-        rc = py.buffer_tensor(handle, byref(dtype), byref(ndim), byref(shape), byref(strides),
-                              byref(offset))  # fmt: skip
-        if rc == _NOT_FOUND:
-            self._dt: Optional[_dtypes.DType] = None
-            self.shape: Optional[Tuple[int, ...]] = None
-            self.strides: Optional[Tuple[int, ...]] = None
-            self.dtype: Optional[str] = None
-            self.byte_offset = 0
-        else:
-            n = ndim.value
-            self._dt = _dtypes.BY_CODE.get(dtype.value)
-            self.dtype = self._dt.name if self._dt else None
-            self.shape = tuple(shape[:n])
-            self.strides = tuple(strides[:n])
-            self.byte_offset = offset.value
+        self.device_id: int = lib.buffer_device_ordinal(handle)
+        self._facts: Optional[_Facts] = None  # read on first use (the hot path needs none)
+
+    def _read_facts(self) -> "_Facts":
+        """The handle's facts, read once (with the lock held, or before release)."""
+        f = self._facts
+        if f is None:
+            f = self._facts = _Facts(self._lib, self._h)
+        return f
+
+    def _f(self) -> "_Facts":
+        f = self._facts
+        if f is not None:
+            return f
+        with self._lock:
+            if self._h is None:  # released before anything was read: facts were kept
+                raise Released("buffer was released")
+            return self._read_facts()
+
+    id = property(lambda self: self._f().id, doc="The buffer's id.")
+    name = property(lambda self: self._f().name, doc='Its name ("" when unnamed).')
+    nbytes = property(lambda self: self._f().nbytes, doc="Bytes asked for at allocation.")
+    device = property(lambda self: self._f().device, doc='UUID of its device ("host").')
+    is_owner = property(lambda self: self._f().is_owner, doc="Whether it came from allocate().")
+    shape = property(lambda self: self._f().shape, doc="The descriptor's shape, or None.")
+    dtype = property(lambda self: self._f().dtype, doc="The descriptor's dtype name, or None.")
+    strides = property(lambda self: self._f().strides, doc="Strides in elements, or None.")
+    byte_offset = property(lambda self: self._f().byte_offset, doc="Bytes before element 0.")
+    _dt = property(lambda self: self._f().dt)
+    _base = property(lambda self: self._f().base)
 
     # Facts ------------------------------------------------------------------
 
@@ -174,6 +208,8 @@ class Buffer:
         from ._client import check
 
         with self._lock:
+            if self._h is not None:
+                self._read_facts()  # the attributes stay readable
             h, self._h = self._h, None
             if h is not None:
                 check(self._lib, self._lib.buffer_release(h))
@@ -198,13 +234,14 @@ class Buffer:
     def _usable(self) -> int:
         """The handle, for a call made with the lock held."""
         if self._h is None:
+            f = self._facts
             raise Released(
-                f"buffer {self.name or self.id} was released: it gives no new views "
+                f"buffer {(f.name or f.id) if f else ''} was released: it gives no new views "
                 "(arrays made from it before stay valid)"
             )
         if self._generation != _fork.generation:
             raise ForkError(
-                f"buffer {self.name or self.id} belongs to the parent of this process "
+                f"buffer {self._read_facts().name or self._read_facts().id} belongs to the parent of this process "
                 "(made by fork()): connect and open it anew here"
             )
         return self._h
