@@ -77,6 +77,7 @@ void Buffer::EnsurePublished() const noexcept {
 
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
+  impl_->CheckProcess();
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
   if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
@@ -102,13 +103,30 @@ void Buffer::seal(void* stream) {
 
 void Buffer::wait_ready(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
+  impl_->CheckProcess();
   mapping_->WaitReady(stream);
 }
+
+void* Buffer::ready_stream() {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "ready_stream on an empty Buffer handle");
+  impl_->CheckProcess();
+  return mapping_->ReadyStream();
+}
+
+int Buffer::device_ordinal() const noexcept { return mapping_ ? mapping_->device_ordinal() : -1; }
 
 void Buffer::release() { Reset(true); }
 
 void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
+  if (impl_->forked()) {
+    // The lease is the parent's: keep out of its session. A host mapping is
+    // this process's own to undo; the CUDA ones skip their calls themselves.
+    mapping_.reset();
+    auto impl = std::move(impl_);
+    if (report_errors) impl->CheckProcess();
+    return;
+  }
   std::optional<detail::LocalBlock> block;
   if (mapping_ && mapping_->local_block() != nullptr) block = *mapping_->local_block();
   // Unmap before the lease drops: the daemon may hand the memory to someone
@@ -149,14 +167,7 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   if (auto mapping = impl_->AllocateLocal(size, options, &local)) {
     return Buffer(impl_, std::move(local), std::move(mapping), true);
   }
-  v1::AllocateRequest req;
-  req.set_size(size);
-  req.set_device(options.device);
-  req.set_name(options.name);
-  if (options.tensor) detail::ToProto(*options.tensor, req.mutable_tensor());
-  req.set_keep(options.keep);
-  req.set_ttl_ms(static_cast<uint64_t>(options.ttl.count()));
-  for (const auto& t : options.share_with) req.add_share_with(t);
+  const v1::AllocateRequest req = detail::ToAllocateRequest(size, options);
   v1::AllocateResponse resp;
   v1::Call call;
   *call.mutable_allocate() = req;
@@ -187,15 +198,7 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 }
 
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
-  v1::OpenRequest req;
-  if (id != 0) {
-    req.mutable_ref()->set_id(id);
-  } else {
-    req.mutable_ref()->set_name(std::string(name));
-  }
-  req.set_wait(options.wait);
-  req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
-  req.set_allow_unsealed(options.allow_unsealed);
+  const v1::OpenRequest req = detail::ToOpenRequest(id, name, options);
   v1::OpenResponse resp;
   v1::Call call;
   v1::Reply reply;
@@ -236,11 +239,7 @@ Buffer Client::open(std::string_view name_or_id, bool wait, std::chrono::millise
 
 BufferInfo Client::Free(BufferId id, std::string_view name) {
   v1::FreeRequest req;
-  if (id != 0) {
-    req.mutable_ref()->set_id(id);
-  } else {
-    req.mutable_ref()->set_name(std::string(name));
-  }
+  *req.mutable_ref() = detail::ToRef(id, name);
   grpc::ClientContext ctx;
   impl_->Prepare(ctx);
   v1::FreeResponse resp;

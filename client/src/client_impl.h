@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -12,9 +14,11 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "client/src/fork_guard.h"
 #include "client/src/sub_allocator.h"
-#include "common/frame.h"
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
+#include "gpubroker/error.hpp"
 #include "gpubroker/types.hpp"
 #include "gpubroker/v1/broker.grpc.pb.h"
 #include "gpubroker/v1/session.pb.h"
@@ -45,6 +49,11 @@ class Mapping {
   virtual void RecordReady(void* /*stream*/) {}
   /// Makes `stream` wait for the ready fence (CUDA); nothing on the host.
   virtual void WaitReady(void* /*stream*/) {}
+  /// A stream of the library's own on the buffer's device, made to wait for
+  /// the ready fence (CUDA); nullptr on the host.
+  virtual void* ReadyStream() { return nullptr; }
+  /// The CUDA ordinal of the buffer's device in this process; -1 on the host.
+  virtual int device_ordinal() const { return -1; }
 };
 
 /// The client end of session.sock: the session's lifeline and the channel on
@@ -93,16 +102,18 @@ class SessionChannel {
   std::chrono::milliseconds timeout_;
 };
 
-/// A pool fetched from the daemon and kept for the life of the session: the
-/// descriptor (host arenas are mapped from it buffer by buffer), or the
-/// imported CUDA pool (the descriptor is closed once imported).
-struct ImportedPool {
+/// A region fetched from the daemon and kept for the life of the session: the
+/// descriptor (host arenas are mapped from it buffer by buffer), the imported
+/// CUDA pool, or the mapped slab or fence page (the descriptor is closed once
+/// imported).
+struct ImportedRegion {
   UniqueFd fd;
   uint64_t size = 0;
   void* cuda_pool = nullptr;  // cudaMemPool_t
   uint64_t cuda_mapped = 0;   // device address of a mapped fence page or arena slab
   std::string device_uuid;
-  ~ImportedPool();
+  uint64_t fork_generation = ForkGeneration();
+  ~ImportedRegion();
 };
 
 class ClientImpl {
@@ -114,11 +125,17 @@ class ClientImpl {
   /// One data-path call on the session's connection, bounded by the call
   /// timeout; it carries this client's counters.
   bool Call(v1::Call call, v1::Reply* reply);
+
+  /// True in a process made by fork() after this client connected: the
+  /// session belongs to the parent.
+  bool forked() const noexcept { return ForkedSince(fork_generation_); }
+  /// Throws FailedPreconditionError when forked().
+  void CheckProcess() const;
   /// Token metadata and deadline for a call (`extra` on top of the call timeout).
   void Prepare(grpc::ClientContext& ctx,
                std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
 
-  /// Maps a buffer the daemon just granted (fetching and caching its pool).
+  /// Maps a buffer the daemon just granted (fetching and caching its region).
   std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id);
 
   const SessionInfo& session() const { return session_; }
@@ -159,10 +176,10 @@ class ClientImpl {
   static void Debug(const std::string& line);
 
  private:
-  /// A pool (region) of the session's tenant, fetched once; `fetched`: it was
+  /// A region of the session's tenant, fetched once; `fetched`: it was
   /// fetched (and imported or mapped) now.
-  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id, const std::string& device_uuid,
-                                     bool* fetched = nullptr);
+  std::shared_ptr<ImportedRegion> Region(uint64_t region_id, const std::string& device_uuid,
+                                         bool* fetched = nullptr);
   /// Map's work; `fetched`: false when the memory was mapped here already.
   std::unique_ptr<Mapping> MapMemory(const v1::ImportDescriptor& import, BufferId id,
                                      bool* fetched);
@@ -172,14 +189,16 @@ class ClientImpl {
 
   std::string socket_dir_;
   ConnectOptions options_;
+  uint64_t fork_generation_ = ForkGeneration();
+  pid_t pid_ = 0;  // of the process that connected, for the message
   std::unique_ptr<SessionChannel> session_channel_;
   SessionInfo session_;
   std::string token_hex_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Broker::Stub> stub_;
 
-  std::mutex pools_mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<ImportedPool>> pools_;
+  std::mutex regions_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<ImportedRegion>> regions_;
 
   // Client-made buffers.
   DeviceArena& ArenaFor(const std::string& device);
@@ -203,6 +222,10 @@ bool ParseBufferId(std::string_view name_or_id, BufferId* id);
 
 /// Throws the Error that matches an internal status.
 [[noreturn]] void ThrowStatus(const absl::Status& status);
+/// Throws the daemon's refusal that came on session.sock.
+[[noreturn]] void ThrowErrorFrame(const v1::ErrorFrame& error);
+/// The refusal reason in a failed gRPC call's details (kNone when it carries none).
+RefusalReason ReasonOf(const grpc::Status& status);
 
 #ifdef GPUBROKER_HAVE_CUDA
 /// Imports a CUDA pool's descriptor (consumed) on the device with this UUID.
@@ -227,8 +250,12 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
                                           const v1::ImportDescriptor& import);
 #endif
 
+// Conversions to and from the wire (convert.cc).
 BufferInfo FromProto(const v1::BufferInfo& info);
 BrokerStatus FromProto(const v1::StatusResponse& status);
-void ToProto(const TensorDesc& tensor, v1::TensorDescriptor* out);
+/// By id when `id` is not 0, else by name.
+v1::BufferRef ToRef(BufferId id, std::string_view name);
+v1::AllocateRequest ToAllocateRequest(uint64_t size, const AllocateOptions& options);
+v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOptions& options);
 
 }  // namespace gpubroker::detail

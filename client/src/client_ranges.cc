@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "common/tensor_check.h"
 #include "common/units.h"
+#include "common/wire/tensor.h"
 #include "gpubroker/error.hpp"
 
 namespace gpubroker::detail {
@@ -133,6 +134,7 @@ void ClientImpl::Debug(const std::string& line) {
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
 
 bool ClientImpl::Call(v1::Call call, v1::Reply* reply) {
+  CheckProcess();
   *call.mutable_counters() = Counters();
   const bool sent = session_channel_->Call(std::move(call), reply, options_.call_timeout);
   DrainReturned();
@@ -148,7 +150,7 @@ DeviceArena& ClientImpl::ArenaFor(const std::string& device) {
 
 uint64_t ClientImpl::MapRange(const v1::LeaseRangeResponse& range, bool* host_mapped) {
   const v1::ImportDescriptor& import = range.import();
-  auto pool = Pool(import.pool_id(), import.device_uuid());
+  auto pool = Region(import.region_id(), import.device_uuid());
   if (import.offset() + range.length() > pool->size) {
     ThrowError(ErrorCode::kInternal, "range lies outside its pool");
   }
@@ -176,6 +178,9 @@ std::unique_ptr<Mapping> ClientImpl::AllocateLocal(uint64_t size, const Allocate
       !options.share_with.empty()) {
     return nullptr;
   }
+  // A forked child's copy of the allocator is the parent's books: using it
+  // would hand out blocks that the parent hands out too.
+  CheckProcess();
   const bool cuda = session_.backend == "cuda";
   // On CUDA the ready fence is a word after the bytes, in the block.
   const uint64_t fence_offset = cuda ? RoundUp(size, 8) : 0;
@@ -250,7 +255,7 @@ BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, boo
   p->set_reserved(lb.block.size);
   p->set_size(lb.size);
   p->set_name(info.name);
-  if (info.tensor) ToProto(*info.tensor, p->mutable_tensor());
+  if (info.tensor) TensorToProto(*info.tensor, p->mutable_tensor());
   p->set_seal(seal);
   p->set_fence_offset(lb.fence_offset);
   p->set_fence_value(lb.fence_value);

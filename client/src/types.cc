@@ -1,34 +1,10 @@
 #include "gpubroker/types.hpp"
 
+#include "common/dtype.h"
 #include "nlohmann/json.hpp"
 
 namespace gpubroker {
 namespace {
-
-struct DTypeRow {
-  DType dtype;
-  std::string_view name;
-  uint64_t size;
-};
-
-constexpr DTypeRow kDTypes[] = {
-    {DType::kUnspecified, "unspecified", 0},
-    {DType::kBool, "bool", 1},
-    {DType::kInt8, "int8", 1},
-    {DType::kUInt8, "uint8", 1},
-    {DType::kInt16, "int16", 2},
-    {DType::kUInt16, "uint16", 2},
-    {DType::kInt32, "int32", 4},
-    {DType::kUInt32, "uint32", 4},
-    {DType::kInt64, "int64", 8},
-    {DType::kUInt64, "uint64", 8},
-    {DType::kFloat16, "float16", 2},
-    {DType::kBFloat16, "bfloat16", 2},
-    {DType::kFloat32, "float32", 4},
-    {DType::kFloat64, "float64", 8},
-    {DType::kComplex64, "complex64", 8},
-    {DType::kComplex128, "complex128", 16},
-};
 
 nlohmann::json Json(const TensorDesc& t) {
   return {{"dtype", DTypeName(t.dtype)},
@@ -51,7 +27,8 @@ nlohmann::json Json(const BufferInfo& b) {
                       {"leases", b.leases},
                       {"owner_session", b.owner_session},
                       {"created_unix_ms", b.created_unix_ms},
-                      {"backing", b.backing}};
+                      {"backing", b.backing},
+                      {"client_made", b.client_made}};
   j["tensor"] = b.tensor ? Json(*b.tensor) : nlohmann::json(nullptr);
   return j;
 }
@@ -59,24 +36,19 @@ nlohmann::json Json(const BufferInfo& b) {
 }  // namespace
 
 std::string_view DTypeName(DType dtype) {
-  for (const auto& row : kDTypes) {
-    if (row.dtype == dtype) return row.name;
-  }
-  return "unknown";
+  const DTypeTraits* row = FindDType(static_cast<int>(dtype));
+  return row != nullptr ? row->name : "unknown";
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  for (const auto& row : kDTypes) {
-    if (row.name == name && row.dtype != DType::kUnspecified) return row.dtype;
-  }
-  return std::nullopt;
+  const DTypeTraits* row = FindDType(name);
+  if (row == nullptr || row->value == 0) return std::nullopt;
+  return static_cast<DType>(row->value);
 }
 
 uint64_t DTypeSize(DType dtype) {
-  for (const auto& row : kDTypes) {
-    if (row.dtype == dtype) return row.size;
-  }
-  return 0;
+  const DTypeTraits* row = FindDType(static_cast<int>(dtype));
+  return row != nullptr ? row->bytes : 0;
 }
 
 std::string_view BufferStateName(BufferState state) {
@@ -120,7 +92,9 @@ std::string ToJson(const BrokerStatus& s) {
                        {"quota_bytes", t.quota_bytes},
                        {"used_bytes", t.used_bytes},
                        {"buffers", t.buffers},
-                       {"sessions", t.sessions}});
+                       {"sessions", t.sessions},
+                       {"range_bytes", t.range_bytes},
+                       {"ranges", t.ranges}});
   }
   nlohmann::json j = {{"version", s.version},
                       {"backend", s.backend},
@@ -133,6 +107,27 @@ std::string ToJson(const BrokerStatus& s) {
                       {"started_unix_ms", s.started_unix_ms},
                       {"self", {{"session_id", s.self_session_id}, {"tenant", s.self_tenant}}}};
   return j.dump();
+}
+
+std::string ToJson(const ClientStats& s) {
+  return nlohmann::json{
+      {"allocations",
+       {{"client_made", s.client_made},
+        {"cache_hits", s.cache_hits},
+        {"daemon_session", s.daemon_session},
+        {"daemon_grpc", s.daemon_grpc},
+        {"publishes", s.publishes}}},
+      {"maps",
+       {{"mapped", s.maps_mapped}, {"imported", s.maps_imported}, {"opens_grpc", s.opens_grpc}}},
+      {"books",
+       {{"ranges", s.ranges},
+        {"range_bytes", s.range_bytes},
+        {"in_use_blocks", s.in_use_blocks},
+        {"in_use_bytes", s.in_use_bytes},
+        {"cached_bytes", s.cached_bytes},
+        {"free_bytes", s.free_bytes},
+        {"quarantined_bytes", s.quarantined_bytes}}}}
+      .dump();
 }
 
 }  // namespace gpubroker

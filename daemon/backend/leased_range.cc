@@ -60,9 +60,6 @@ class CarvedBuffer final : public BackendBuffer {
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
-  absl::StatusOr<FdGrant> ExportFd() override {
-    return absl::FailedPreconditionError("buffer lives in its tenant's arena; import the pool");
-  }
 
  private:
   std::shared_ptr<LeasedRange::State> state_;
@@ -135,7 +132,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> LeasedRange::Carve(uint64_t offse
   ImportInfo info = state_->info;
   info.offset += offset;
   info.mapped_size = size;
-  info.fence_pool_id = 0;
+  info.fence_region_id = 0;
   info.fence_offset = fence_value != 0 ? fence_offset : 0;
   info.fence_value = fence_value;
   {

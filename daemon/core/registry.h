@@ -18,16 +18,13 @@
 #include "common/unix_socket.h"
 #include "daemon/backend/backend.h"
 #include "daemon/backend/leased_range.h"
+#include "daemon/core/name_table.h"
+#include "daemon/core/node_status.h"
+#include "daemon/core/tenant_books.h"
 #include "daemon/core/tenants.h"
 #include "daemon/core/types.h"
 
 namespace gpubroker {
-
-/// Payload key on a RESOURCE_EXHAUSTED status: "quota" or "out_of_memory".
-inline constexpr const char* kRefusalReasonKey = "gpubroker.v1/reason";
-
-/// "quota", "out_of_memory", or "" for a status that carries no reason.
-std::string RefusalReason(const absl::Status& status);
 
 using RangeId = uint64_t;
 
@@ -123,21 +120,6 @@ struct ReturnedBlock {
   uint64_t size = 0;
 };
 
-/// What a client says its own allocator and calls did (totals of the session).
-struct ClientCounters {
-  uint64_t allocations = 0;
-  uint64_t in_use_blocks = 0;
-  uint64_t in_use_bytes = 0;
-  uint64_t range_bytes = 0;
-  uint64_t cache_hits = 0;
-  uint64_t daemon_allocations = 0;
-  uint64_t grpc_allocations = 0;
-  uint64_t opens_arena = 0;
-  uint64_t opens_cached = 0;
-  uint64_t opens_import = 0;
-  uint64_t opens_grpc = 0;
-};
-
 /// What ending a session gave back.
 struct SessionEndReport {
   SessionView session;
@@ -153,33 +135,6 @@ struct ExpiryReport {
   uint32_t buffers_expired = 0;
   uint32_t buffers_destroyed = 0;
   uint64_t reclaimed_bytes = 0;
-};
-
-struct TenantUsage {
-  std::string name;
-  uint64_t quota_bytes = 0;
-  uint64_t used_bytes = 0;
-  uint32_t buffers = 0;
-  uint32_t sessions = 0;
-  uint64_t range_bytes = 0;  // of used_bytes: ranges leased by its sessions
-  uint32_t ranges = 0;
-  ClientCounters clients;  // summed over its live sessions, as of their last calls
-};
-
-/// Buffers and bytes of one tenant on one device.
-struct CellUsage {
-  int device = 0;
-  std::string tenant;
-  uint32_t buffers = 0;
-  uint64_t bytes = 0;
-};
-
-struct RegistrySnapshot {
-  uint32_t sessions = 0;
-  uint32_t buffers = 0;
-  std::vector<TenantUsage> tenants;
-  std::vector<CellUsage> cells;
-  std::vector<uint64_t> used_bytes_by_device;
 };
 
 /// The broker's books: sessions, buffers, names, leases, tenants and quotas.
@@ -241,8 +196,8 @@ class Registry {
 
   // Descriptors (session.sock) ---------------------------------------------
 
-  /// The descriptor of a pool of the session's tenant.
-  absl::StatusOr<FdGrant> ExportPoolFd(SessionId session, PoolId pool);
+  /// The descriptor of a region (arena, slab, pool, fence page) of the session's tenant.
+  absl::StatusOr<FdGrant> ExportRegionFd(SessionId session, RegionId region);
   /// The descriptor of a buffer with an fd of its own, on which the session holds a lease.
   absl::StatusOr<FdGrant> ExportBufferFd(SessionId session, BufferId id);
 
@@ -253,9 +208,12 @@ class Registry {
   /// Unix ms of the next TTL to pass, if any.
   std::optional<int64_t> NextExpiry() const;
 
-  RegistrySnapshot Snapshot() const;
+  /// Fills in the books' part of the node's status: sessions, buffers,
+  /// tenants, and buffers per device and tenant (NodeStatusCollector adds the devices).
+  void AddBooksTo(NodeStatus& status) const;
   const TenantDirectory& tenants() const { return tenants_; }
   Backend& backend() { return backend_; }
+  const Backend& backend() const { return backend_; }
 
   /// New sessions and calls get UNAVAILABLE; waiting Opens return.
   void BeginShutdown();
@@ -270,7 +228,7 @@ class Registry {
     absl::flat_hash_set<BufferId> owned;
     absl::flat_hash_set<RangeId> ranges;
     std::vector<ReturnedBlock> returned;  // not yet told to the client
-    ClientCounters counters;
+    ClientCounters counters;              // as last reported
   };
   struct Buffer {
     BufferView view;
@@ -280,7 +238,7 @@ class Registry {
     // range's, charged with it), and its offset there.
     RangeId range = 0;
     uint64_t range_offset = 0;
-    bool charged = true;  // its reserved bytes count in its tenant's used bytes
+    bool charged = true;  // its reserved bytes count in its tenant's books by themselves
   };
   struct Range {
     SessionId session = 0;
@@ -290,27 +248,28 @@ class Registry {
     std::unique_ptr<LeasedRange> memory;
     absl::flat_hash_set<BufferId> published;  // live buffers carved from it
   };
-  struct Tenant {
-    uint64_t used_bytes = 0;  // charged bytes: buffers (pending ones included), ranges
-    uint32_t buffers = 0;
-    uint32_t sessions = 0;
-    uint64_t range_bytes = 0;
-    uint32_t ranges = 0;
-    ClientCounters client_totals;  // the counters of its sessions' clients, ended ones too
+  // One attempt at an Open: the grant, or why not and whether waiting may
+  // change that. What a waiter, wherever it waits, retries.
+  struct OpenAttempt {
+    absl::StatusOr<BufferGrant> result;
+    bool may_wait = false;
   };
-  // Destroyed after the lock is released: ranges first, then buffers (a
-  // range's gaps go back before the orphaned blocks, which is as good).
+  // Destroyed after the lock is released: ranges first (their gaps go back),
+  // then buffers (published blocks that outlived their range go back then).
   struct Graveyard {
     std::vector<std::shared_ptr<BackendBuffer>> buffers;
     std::vector<std::unique_ptr<LeasedRange>> ranges;
     void push_back(std::shared_ptr<BackendBuffer> b) { buffers.push_back(std::move(b)); }
   };
 
-  static absl::Status WithReason(absl::Status status, std::string_view reason);
-  static std::string BackingName(ImportKind kind);
   int64_t Now() const;
   absl::StatusOr<int> ResolveDevice(const std::string& device) const;
+  absl::Status ValidateAllocation(const AllocateParams& params) const;
+  /// The session, or UNAVAILABLE during shutdown / UNAUTHENTICATED once it has ended.
+  absl::StatusOr<Session*> LiveSession(SessionId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Session* FindSession(SessionId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  OpenAttempt TryOpen(Session& s, const BufferKey& key, bool allow_unsealed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Buffer*> FindVisible(const Session& s, const BufferKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Visible(const Buffer& b, const std::string& tenant);
@@ -339,9 +298,8 @@ class Registry {
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
-  // Name -> buffer; 0 while the buffer is being allocated.
-  absl::flat_hash_map<std::string, BufferId> names_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Tenant> tenant_usage_ ABSL_GUARDED_BY(mu_);
+  NameTable names_ ABSL_GUARDED_BY(mu_);
+  TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -3,12 +3,13 @@
 #include <chrono>
 
 #include "common/strings.h"
+#include "common/wire/tensor.h"
 #include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
 
-BrokerCalls::BrokerCalls(Registry& registry, Metrics* metrics)
+BrokerCalls::BrokerCalls(Registry& registry, Metrics& metrics)
     : registry_(registry), metrics_(metrics) {}
 
 absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s, absl::Status status) {
@@ -31,7 +32,7 @@ absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateReque
   auto grant = registry_.Allocate(s.id, FromProto(req));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (metrics_ != nullptr) metrics_->Allocation(Metrics::AllocationResult(grant.status()), seconds);
+  metrics_.Allocation(Metrics::AllocationResult(grant.status()), seconds);
   if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
   ToProto(grant->buffer, resp->mutable_buffer());
   ToProto(grant->import, resp->mutable_import());
@@ -42,7 +43,7 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
                                v1::OpenResponse* resp) {
   auto key = FromProto(req.ref());
   if (!key.ok()) {
-    if (metrics_ != nullptr) metrics_->Open("invalid");
+    metrics_.Open("invalid");
     return Refuse("Open", &s, key.status());
   }
   params.wait = req.wait();
@@ -52,7 +53,7 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
                                                     std::chrono::milliseconds(req.timeout_ms()));
   }
   auto grant = registry_.Open(s.id, *key, params);
-  if (metrics_ != nullptr) metrics_->Open(Metrics::OpenResult(grant.status()));
+  metrics_.Open(Metrics::OpenResult(grant.status()));
   if (!grant.ok()) return Refuse("Open", &s, grant.status());
   ToProto(grant->buffer, resp->mutable_buffer());
   ToProto(grant->import, resp->mutable_import());
@@ -93,9 +94,7 @@ absl::Status BrokerCalls::LeaseRange(const SessionView& s, const v1::LeaseRangeR
   auto grant = registry_.LeaseRange(s.id, p);
   // A refused range is a refused allocation (the client's allocate fails
   // with it); a granted one is not an allocation yet.
-  if (!grant.ok() && metrics_ != nullptr) {
-    metrics_->Allocation(Metrics::AllocationResult(grant.status()), 0);
-  }
+  if (!grant.ok()) metrics_.Allocation(Metrics::AllocationResult(grant.status()), 0);
   if (!grant.ok()) return Refuse("LeaseRange", &s, grant.status());
   resp->set_range_id(grant->id);
   resp->set_length(grant->length);
@@ -118,7 +117,7 @@ absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest
   p.reserved = req.reserved();
   p.size = req.size();
   p.name = req.name();
-  if (req.has_tensor()) p.tensor = FromProto(req.tensor());
+  if (req.has_tensor()) p.tensor = TensorFromProto<TensorDesc>(req.tensor());
   p.seal = req.seal();
   p.fence_offset = req.fence_offset();
   p.fence_value = req.fence_value();
@@ -142,10 +141,8 @@ void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters&
   counters.opens_import = c.opens_import();
   counters.opens_grpc = c.opens_grpc();
   const ClientCounters d = registry_.RecordCounters(s.id, counters);
-  if (metrics_ != nullptr) {
-    metrics_->ClientReported(d.allocations, d.daemon_allocations, d.grpc_allocations, d.opens_arena,
-                             d.opens_import, d.opens_cached);
-  }
+  metrics_.ClientReported(d.allocations, d.daemon_allocations, d.grpc_allocations, d.opens_arena,
+                          d.opens_import, d.opens_cached);
 }
 
 }  // namespace gpubroker

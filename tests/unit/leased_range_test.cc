@@ -33,7 +33,7 @@ struct Returns {
 std::unique_ptr<LeasedRange> Range(Returns& r, uint64_t granularity = LeasedRange::kAlignment) {
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;
-  info.pool_id = 7;
+  info.region_id = 7;
   info.offset = 64 << 20;  // where the range sits in its slab
   info.mapped_size = kLength;
   info.device_uuid = "GPU-x";
@@ -107,10 +107,10 @@ TEST(LeasedRange, ACarvedBufferIsWhereTheClientSaysWithItsFence) {
   ASSERT_TRUE(a.ok());
   const ImportInfo& info = (*a)->import_info();
   EXPECT_EQ(info.kind, ImportKind::kCudaArena);
-  EXPECT_EQ(info.pool_id, 7u);
+  EXPECT_EQ(info.region_id, 7u);
   EXPECT_EQ(info.offset, (64u << 20) + 8192);
   EXPECT_EQ(info.mapped_size, 4096u + 512);
-  EXPECT_EQ(info.fence_pool_id, 0u);  // the word is in the buffer itself
+  EXPECT_EQ(info.fence_region_id, 0u);  // the word is in the buffer itself
   EXPECT_EQ(info.fence_offset, 4096u);
   EXPECT_EQ(info.fence_value, 0xfeedu);
   EXPECT_EQ((*a)->reserved_size(), 4096u + 512);

@@ -7,9 +7,19 @@
  *
  * Every function that can fail returns a gpubroker_status_t; on failure,
  * gpubroker_last_error() returns what went wrong on the calling thread (valid
- * until the next failing call on that thread). Output pointers are written
+ * until the next failing call on that thread), and gpubroker_last_error_reason()
+ * why a GPUBROKER_RESOURCE_EXHAUSTED refusal was made. Output pointers are written
  * only on success. A client handle may be used from several threads; a buffer
  * handle from one thread at a time.
+ *
+ * Memory that outlives its handle: a view (gpubroker_buffer_view) or a DLPack
+ * export (gpubroker_buffer_to_dlpack) keeps the buffer's mapping and lease
+ * alive after gpubroker_buffer_release, until the last of them is released,
+ * from any thread. So an array built over a buffer never outlives its memory.
+ *
+ * After fork(): the child cannot use its parent's handles. Calls on them fail
+ * with GPUBROKER_FAILED_PRECONDITION, and releasing or disconnecting them
+ * there leaves the parent's session alone. The child connects anew.
  */
 #ifndef GPUBROKER_GPUBROKER_H_
 #define GPUBROKER_GPUBROKER_H_
@@ -48,6 +58,17 @@ typedef enum gpubroker_status {
   GPUBROKER_UNAUTHENTICATED = 16
 } gpubroker_status_t;
 
+/**
+ * @brief Why the daemon refused with GPUBROKER_RESOURCE_EXHAUSTED (values of
+ * gpubroker.v1.RefusalReason).
+ */
+typedef enum gpubroker_reason {
+  GPUBROKER_REASON_NONE = 0,          /**< no reason, or not such a refusal */
+  GPUBROKER_REASON_QUOTA = 1,         /**< the tenant's byte quota */
+  GPUBROKER_REASON_OUT_OF_MEMORY = 2, /**< the device or host pool has no room */
+  GPUBROKER_REASON_LIMIT = 3 /**< a count limit (sessions, buffers, descriptors, waiters) */
+} gpubroker_reason_t;
+
 /** @brief Element types (values of gpubroker.v1.DType). */
 typedef enum gpubroker_dtype {
   GPUBROKER_DTYPE_UNSPECIFIED = 0,
@@ -72,6 +93,16 @@ typedef enum gpubroker_dtype {
 typedef struct gpubroker_client gpubroker_client_t;
 /** @brief A lease on a buffer plus this process's mapping of it. */
 typedef struct gpubroker_buffer gpubroker_buffer_t;
+/** @brief A hold on a buffer's mapping and lease that may outlive the buffer's handle. */
+typedef struct gpubroker_view gpubroker_view_t;
+
+/** @brief Flags of gpubroker_buffer_to_dlpack. */
+enum gpubroker_dlpack_flags {
+  /** A DLManagedTensorVersioned (DLPack 1.x); without: a DLManagedTensor (0.x). */
+  GPUBROKER_DLPACK_VERSIONED = 1u << 0,
+  /** Sets DLPACK_FLAG_BITMASK_READ_ONLY (versioned tensors only). */
+  GPUBROKER_DLPACK_READ_ONLY = 1u << 1
+};
 
 /** @brief Options of gpubroker_allocate. Initialize with gpubroker_alloc_options_init. */
 typedef struct gpubroker_alloc_options {
@@ -102,6 +133,12 @@ GPUBROKER_C_API void gpubroker_open_options_init(gpubroker_open_options_t* optio
 
 /** @brief Message of the last failure on this thread ("" when none). */
 GPUBROKER_C_API const char* gpubroker_last_error(void);
+/**
+ * @brief Reason of the last failure on this thread: with
+ * GPUBROKER_RESOURCE_EXHAUSTED, which limit refused; GPUBROKER_REASON_NONE for
+ * any other failure, and when the thread had none.
+ */
+GPUBROKER_C_API gpubroker_reason_t gpubroker_last_error_reason(void);
 /** @brief "OK", "NOT_FOUND", ... */
 GPUBROKER_C_API const char* gpubroker_status_name(gpubroker_status_t status);
 /** @brief The library's version, e.g. "0.1.0". */
@@ -116,6 +153,28 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_connect(const char* socket_dir,
                                                      gpubroker_client_t** out);
 /** @brief Drops this handle; the session ends once its buffers are gone too. */
 GPUBROKER_C_API void gpubroker_disconnect(gpubroker_client_t* client);
+/**
+ * @brief Whether this process may use the client.
+ * @return GPUBROKER_FAILED_PRECONDITION in a process made by fork() after the
+ *         client connected (the session is the parent's), else GPUBROKER_OK.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_client_check(const gpubroker_client_t* client);
+/** @brief The session's id, as the daemon's status and logs show it. */
+GPUBROKER_C_API uint64_t gpubroker_client_session_id(const gpubroker_client_t* client);
+/** @brief The session's tenant. Valid as long as the handle. */
+GPUBROKER_C_API const char* gpubroker_client_tenant(const gpubroker_client_t* client);
+/**
+ * @brief Gives back to the daemon every range this client holds empty (its
+ * buffers are carved from ranges it leases; docs/fast-path.md).
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_trim(gpubroker_client_t* client);
+/**
+ * @brief JSON of what this client did, by path (allocations made here or by
+ * the daemon, maps of memory mapped already or imported), and of its own
+ * allocator's books; free with gpubroker_string_free.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_client_stats_json(const gpubroker_client_t* client,
+                                                               char** out);
 
 /** @brief Allocates a buffer owned by this session. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
@@ -139,6 +198,12 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_list_json(gpubroker_client_t* clien
 GPUBROKER_C_API gpubroker_status_t gpubroker_status_json(gpubroker_client_t* client, char** out);
 GPUBROKER_C_API void gpubroker_string_free(char* s);
 
+/**
+ * @brief Makes a buffer this client made known to the daemon now, under its
+ * name, unsealed, so that others may open it (gpubroker_buffer_id does it
+ * too). GPUBROKER_ALREADY_EXISTS when its name is taken.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_publish(gpubroker_buffer_t* buffer);
 /** @brief Marks the producer's writes complete (the ready fence on the legacy default stream). */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer);
 /**
@@ -151,10 +216,48 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* 
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
                                                                void* stream);
 /**
- * @brief Unmaps, drops the lease (an owner's unkept buffer is also freed) and
- * destroys the handle, whatever the result. NULL is a no-op.
+ * @brief A stream of the library's own on the buffer's device (one per device
+ * and process), made to wait for the producer's sealed writes: what the CUDA
+ * Array Interface v3 calls the producer's stream. Work ordered after it sees
+ * the writes. *stream is NULL on the host backend.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_ready_stream(gpubroker_buffer_t* buffer,
+                                                                 void** stream);
+/**
+ * @brief Destroys the handle, whatever the result; NULL is a no-op. Unmaps and
+ * drops the lease (an owner's unkept buffer is also freed) now, or, while
+ * views or DLPack exports of the buffer are alive, when the last of them is
+ * released; errors are reported only in the first case.
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer);
+
+/**
+ * @brief A view: a hold on the buffer's mapping and lease that outlives the
+ * handle. Release it with gpubroker_view_release (any thread).
+ * @return GPUBROKER_FAILED_PRECONDITION in a process made by fork().
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_view(gpubroker_buffer_t* buffer,
+                                                         gpubroker_view_t** out);
+/** @brief The memory the view holds: gpubroker_buffer_data of its buffer. */
+GPUBROKER_C_API void* gpubroker_view_data(const gpubroker_view_t* view);
+/** @brief Drops the view; the last hold on a released buffer unmaps it. NULL is a no-op. */
+GPUBROKER_C_API void gpubroker_view_release(gpubroker_view_t* view);
+
+/**
+ * @brief Exports the buffer as a DLPack tensor that holds a view of it.
+ *
+ * *out is a DLManagedTensorVersioned* (flags has GPUBROKER_DLPACK_VERSIONED;
+ * version 1.0) or a DLManagedTensor*. Its dtype, shape and strides are the
+ * buffer's tensor descriptor (uint8[size] when it has none), strides always
+ * given; the descriptor's byte offset is added to `data` and `byte_offset` is
+ * 0. The device is kDLCUDA with the ordinal of gpubroker_buffer_device_ordinal,
+ * or kDLCPU. The consumer calls its deleter (any thread) when done: that
+ * releases the view. Nothing is synchronized: order a consumer's stream with
+ * gpubroker_buffer_wait_ready first.
+ * @return GPUBROKER_INVALID_ARGUMENT for unknown flags.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_to_dlpack(gpubroker_buffer_t* buffer,
+                                                              uint32_t flags, void** out);
 
 GPUBROKER_C_API void* gpubroker_buffer_data(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API uint64_t gpubroker_buffer_size(const gpubroker_buffer_t* buffer);
@@ -165,6 +268,17 @@ GPUBROKER_C_API const char* gpubroker_buffer_name(const gpubroker_buffer_t* buff
 GPUBROKER_C_API const char* gpubroker_buffer_device(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API int gpubroker_buffer_is_owner(const gpubroker_buffer_t* buffer);
+/**
+ * @brief 0 for a buffer this client made and has not published yet (it has
+ * no id; no other process can open it), else 1. Makes no call.
+ */
+GPUBROKER_C_API int gpubroker_buffer_is_published(const gpubroker_buffer_t* buffer);
+/**
+ * @brief The CUDA ordinal of the buffer's device in this process (DLPack's
+ * device_id; CUDA_VISIBLE_DEVICES may make it differ from the daemon's), or -1
+ * for host memory.
+ */
+GPUBROKER_C_API int32_t gpubroker_buffer_device_ordinal(const gpubroker_buffer_t* buffer);
 /**
  * @brief The tensor descriptor; GPUBROKER_NOT_FOUND when the producer declared none.
  * shape and strides point into the handle (strides are filled in C-contiguous when

@@ -187,5 +187,6 @@ struct ClientStats {
 GPUBROKER_API std::string ToJson(const BufferInfo& info);
 GPUBROKER_API std::string ToJson(const std::vector<BufferInfo>& buffers);
 GPUBROKER_API std::string ToJson(const BrokerStatus& status);
+GPUBROKER_API std::string ToJson(const ClientStats& stats);
 
 }  // namespace gpubroker
