@@ -56,6 +56,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) override;
   DeviceUsage Usage(int device) const override;
   uint64_t QuickAllocationLimit() const override { return options_.vmm_threshold; }
+  /// Ranges of the tenant's arena slabs (cuda-arena only), under the VMM threshold.
+  uint64_t RangeLimit(int device) const override;
+  uint64_t RangeGranularity(int /*device*/) const override { return 512; }
+  absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req) override;
 
  private:
   struct Device;
