@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/backend/kept_allocations.h"
 #include "daemon/backend/region_table.h"
 #include "daemon/backend/types.h"
 
@@ -34,6 +35,11 @@ struct AllocationRequest {
   // Shared across tenants: the memory must come with an fd of its own, so
   // that a descriptor handed to one tenant exposes no memory of another.
   bool isolated = false;
+  // The caller may wait (a gRPC thread): for a new VMM allocation, or for
+  // clients to unmap kept memory that must go. False on session.sock's one
+  // thread: such an allocation is refused with ABORTED, and the client
+  // asks again through gRPC.
+  bool may_wait = true;
 };
 
 class LeasedRange;
@@ -84,6 +90,18 @@ class Backend {
   /// A range of the tenant's arena; RESOURCE_EXHAUSTED when there is no room.
   /// (The default leases none: UNIMPLEMENTED.)
   virtual absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req);
+
+  // Kept allocations and the clients' mappings of them (docs/fast-path.md) ---
+
+  /// Who keeps allocations mapped (the registry); set once, before serving.
+  virtual void SetMappingHolders(MappingHolders* /*holders*/) {}
+  /// The last session that kept `id` mapped has unmapped it (or ended).
+  virtual void AllocationUnheld(AllocationId /*id*/) {}
 };
+
+/// The refusal of an allocation that the session socket's thread must not
+/// wait for (a new VMM allocation, memory that clients must unmap first):
+/// ABORTED, and the client asks again through gRPC.
+absl::Status AskThroughGrpc(std::string_view why);
 
 }  // namespace gpubroker

@@ -54,6 +54,10 @@ struct ImportInfo {
   RegionId fence_region_id = 0;
   uint64_t fence_offset = 0;
   uint64_t fence_value = 0;
+  // A buffer with memory of its own that the daemon may keep for the next
+  // buffer of its size: the id of that memory (the same for every buffer it
+  // serves), which clients key their kept mappings by; 0: none.
+  uint64_t allocation_id = 0;
 };
 
 /// What travels with a descriptor on session.sock.

@@ -127,6 +127,14 @@ absl::StatusOr<std::unique_ptr<LeasedRange>> CudaBackend::LeaseRange(const Range
   return d.arena->LeaseRange(req, std::move(claim));
 }
 
+void CudaBackend::SetMappingHolders(MappingHolders* holders) {
+  for (auto& d : devices_) d->state->kept.set_holders(holders);
+}
+
+void CudaBackend::AllocationUnheld(AllocationId id) {
+  for (auto& d : devices_) d->state->kept.Unheld(id);
+}
+
 absl::StatusOr<FdGrant> CudaBackend::ExportRegion(RegionId region, std::string_view tenant) {
   return regions_.Export(region, tenant);
 }

@@ -60,6 +60,8 @@ class CudaBackend final : public Backend {
   uint64_t RangeLimit(int device) const override;
   uint64_t RangeGranularity(int /*device*/) const override { return 512; }
   absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req) override;
+  void SetMappingHolders(MappingHolders* holders) override;
+  void AllocationUnheld(AllocationId id) override;
 
  private:
   struct Device;

@@ -56,7 +56,7 @@ struct CudaDeviceState {
   // VMM allocations in use on the device (slabs, fence pages, VMM buffers;
   // not the kept ones), which bound the size of a new slab.
   std::atomic<uint64_t> vmm_held{0};
-  KeptVmm kept;
+  KeptAllocations kept;  // freed tenant-private VMM allocations (KeptVmm)
 
   CudaDeviceState(CudaDevice d, int i, uint64_t capacity, CudaStream s);
   uint64_t capacity() const { return lent->capacity(); }

@@ -16,6 +16,8 @@ namespace {
 
 // New allocations slower than this are logged, with what they took.
 constexpr auto kSlowAllocation = std::chrono::milliseconds(20);
+// How long an allocation waits for clients to unmap kept memory it needs.
+constexpr auto kDrainWait = std::chrono::seconds(2);
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -45,10 +47,13 @@ class VmmBuffer final : public BackendBuffer, public ExportedRegion {
     *live_bytes_ -= size;
     device_->vmm_held -= size;
     // Kept while the device has room for it beside what is lent; otherwise
-    // memory_ releases it.
+    // released, once no client maps it any more (they are asked to unmap).
+    auto memory = std::make_unique<KeptVmm>(std::move(memory_));
     if (!keep_for_.empty() &&
         device_->lent->used() + device_->kept.bytes() + size <= device_->capacity()) {
-      device_->kept.Keep(keep_for_, std::move(memory_));
+      device_->kept.Keep(keep_for_, info_.allocation_id, std::move(memory));
+    } else {
+      device_->kept.Retire(info_.allocation_id, std::move(memory));
     }
   }
 
@@ -86,14 +91,30 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const Allocatio
   claim.Resize(size);
   const std::string keep_for = req.isolated ? std::string() : req.tenant;
   std::optional<ExportedVmm> memory;
-  if (!keep_for.empty()) memory = d.kept.Take(keep_for, size);
+  // A buffer shared across tenants is never kept: another tenant held its fd.
+  AllocationId id = keep_for.empty() ? 0 : NewAllocationId();
+  if (!keep_for.empty()) {
+    if (auto kept = d.kept.Take(keep_for, size)) {
+      id = kept->first;  // the same memory: clients that kept it mapped find it so
+      memory = std::move(static_cast<KeptVmm&>(*kept->second)).Take();
+    }
+  }
+  if (!memory && !req.may_wait) {
+    // A new allocation may take over 0.1 s: not on the session socket's thread.
+    return AskThroughGrpc(StrCat("no kept allocation of ", FormatBytes(size), " on ", d.info.uuid,
+                                 " for tenant '", req.tenant, "'"));
+  }
   if (!memory) {
     d.MakeRoomForLent();  // lent (this request included) plus kept may not pass the capacity
     cuda::ScopedDevice on(d.info.ordinal);
     GPUBROKER_RETURN_IF_ERROR(on.status());
     const auto start = std::chrono::steady_clock::now();
     auto made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
-    if (made.status().code() == absl::StatusCode::kResourceExhausted && d.kept.Drop() > 0) {
+    if (made.status().code() == absl::StatusCode::kResourceExhausted) {
+      // Kept memory goes first; what clients still map goes once they have
+      // unmapped it (they are asked to), so wait for that, within bounds.
+      d.kept.Drop();
+      if (d.kept.draining_bytes() > 0) d.kept.WaitDrained(kDrainWait);
       made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
     }
     if (made.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -115,6 +136,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const Allocatio
   info.device_uuid = d.info.uuid;
   info.fence_offset = FenceOffset(req.size);
   info.fence_value = NewFenceValue();  // new for every buffer: a kept word never reads as ready
+  info.allocation_id = id;
   return std::make_unique<VmmBuffer>(device_, live_bytes_, std::move(claim), std::move(*memory),
                                      std::move(info), keep_for);
 }
