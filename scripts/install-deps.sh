@@ -8,8 +8,9 @@ packages=(
   build-essential cmake pkg-config
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   libspdlog-dev libfmt-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
-  libabsl-dev libgtest-dev libgmock-dev
+  libabsl-dev libgtest-dev libgmock-dev libsystemd-dev
   clang libclang-rt-dev
+  systemd
 )
 
 # Debian 12 ships the clang runtime as libclang-rt-14-dev; newer releases have

@@ -227,6 +227,7 @@ absl::Status ApplyConfigYaml(const std::string& yaml_text, const std::string& or
       if (auto s = spec->apply(options, value); !s.ok()) {
         return Annotate(s, StrCat(origin, ": ", key));
       }
+      options.given[std::string(spec->flag)] = value;
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(StrCat(origin, ": ", e.what()));
@@ -250,6 +251,18 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     }
     if (arg == "--help-markdown") {
       out.show_markdown = true;
+      continue;
+    }
+    if (arg == "--check-config" || arg.starts_with("--check-config=")) {
+      std::string file;
+      if (arg.starts_with("--check-config=")) {
+        file = std::string(arg.substr(std::string_view("--check-config=").size()));
+      } else if (i + 1 < argc) {
+        file = argv[++i];
+      }
+      if (file.empty()) return absl::InvalidArgumentError("--check-config needs a FILE");
+      out.check_config = true;
+      flags.emplace_back(FindByFlag("config"), std::move(file));
       continue;
     }
     if (!arg.starts_with("--")) {
@@ -295,12 +308,14 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     const std::string name(spec.env);
     if (const char* e = env(name.c_str()); e != nullptr) {
       if (auto s = spec.apply(out.options, e); !s.ok()) return Annotate(s, name);
+      out.options.given[std::string(spec.flag)] = e;
     }
   }
   for (const auto& [spec, value] : flags) {
     if (auto s = spec->apply(out.options, value); !s.ok()) {
       return Annotate(s, StrCat("--", spec->flag));
     }
+    out.options.given[std::string(spec->flag)] = value;
   }
   if (out.options.socket_dir.empty()) out.options.socket_dir = DefaultSocketDir();
   return out;
@@ -317,6 +332,9 @@ std::string HelpText(std::string_view program) {
               "\n");
   }
   StrAppend(&out,
+            "  --check-config FILE\n"
+            "      check FILE (with the environment and the other flags) as the daemon\n"
+            "      would at start or reload, print what it found, and exit: 0 when good\n"
             "  --help          this text\n"
             "  --version       print the version and exit\n"
             "Flags override the environment, which overrides the config file.\n");

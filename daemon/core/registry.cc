@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -50,7 +51,9 @@ std::string BufferKey::ToString() const {
 }
 
 Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock)
-    : backend_(backend), tenants_(std::move(tenants)), clock_(std::move(clock)) {}
+    : backend_(backend),
+      clock_(std::move(clock)),
+      tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))) {}
 
 Registry::~Registry() { ReleaseAll(); }
 
@@ -65,11 +68,11 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
                                                   std::string client_name) {
   SessionView view;
   view.peer = peer;
-  view.tenant = tenants_.TenantFor(peer.uid, peer.gid);
   view.token = RandomToken();
   view.client_name = std::move(client_name);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
+  view.tenant = tenants_->TenantFor(peer.uid, peer.gid);
   view.id = next_session_++;
   by_token_[TokenKey(view.token)] = view.id;
   sessions_[view.id] = Session{view, {}, {}};
@@ -247,7 +250,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
       return absl::AlreadyExistsError(StrCat("buffer name '", p.name, "' is taken"));
     }
     Tenant& usage = tenant_usage_[tenant];
-    const uint64_t quota = tenants_.QuotaFor(tenant);
+    const uint64_t quota = tenants_->QuotaFor(tenant);
     if (quota != 0 && usage.used_bytes + rounded > quota) {
       const uint64_t left = quota > usage.used_bytes ? quota - usage.used_bytes : 0;
       return WithReason(absl::ResourceExhaustedError(StrCat(
@@ -495,6 +498,21 @@ std::optional<int64_t> Registry::NextExpiry() const {
   return expiries_.begin()->first;
 }
 
+std::shared_ptr<const TenantDirectory> Registry::tenants() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return tenants_;
+}
+
+void Registry::ReplaceTenants(TenantDirectory tenants) {
+  auto fresh = std::make_shared<const TenantDirectory>(std::move(tenants));
+  std::shared_ptr<const TenantDirectory> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::exchange(tenants_, std::move(fresh));
+  }
+  // `old` is destroyed here, outside the lock.
+}
+
 RegistrySnapshot Registry::Snapshot() const {
   RegistrySnapshot snap;
   snap.used_bytes_by_device.resize(backend_.devices().size());
@@ -502,10 +520,10 @@ RegistrySnapshot Registry::Snapshot() const {
   snap.sessions = static_cast<uint32_t>(sessions_.size());
   snap.buffers = static_cast<uint32_t>(buffers_.size());
   for (const auto& [name, t] : tenant_usage_) {
-    if (t.sessions == 0 && t.buffers == 0 && tenants_.QuotaFor(name) == 0) continue;
-    snap.tenants.push_back({name, tenants_.QuotaFor(name), t.used_bytes, t.buffers, t.sessions});
+    if (t.sessions == 0 && t.buffers == 0 && tenants_->QuotaFor(name) == 0) continue;
+    snap.tenants.push_back({name, tenants_->QuotaFor(name), t.used_bytes, t.buffers, t.sessions});
   }
-  for (const auto& spec : tenants_.configured()) {
+  for (const auto& spec : tenants_->configured()) {
     if (!tenant_usage_.contains(spec.name)) {
       snap.tenants.push_back({spec.name, spec.quota_bytes, 0, 0, 0});
     }

@@ -182,7 +182,14 @@ class Registry {
   std::optional<int64_t> NextExpiry() const;
 
   RegistrySnapshot Snapshot() const;
-  const TenantDirectory& tenants() const { return tenants_; }
+  /// The tenant directory in force.
+  std::shared_ptr<const TenantDirectory> tenants() const;
+  /// Puts a new tenant directory in force (a config reload). Sessions keep the
+  /// tenant they were opened as and buffers keep theirs; new sessions map
+  /// through `tenants`, and every allocation from now on is held to its quotas
+  /// (a quota lowered under a tenant's use refuses its next allocations but
+  /// takes nothing back).
+  void ReplaceTenants(TenantDirectory tenants);
   Backend& backend() { return backend_; }
 
   /// New sessions and calls get UNAVAILABLE; waiting Opens return.
@@ -221,10 +228,10 @@ class Registry {
   uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend& backend_;
-  const TenantDirectory tenants_;
   const Clock clock_;
 
   mutable absl::Mutex mu_;
+  std::shared_ptr<const TenantDirectory> tenants_ ABSL_GUARDED_BY(mu_);
   absl::CondVar changed_;  // a buffer appeared, was sealed or freed; shutdown began
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;

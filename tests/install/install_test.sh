@@ -46,6 +46,22 @@ done
 grep -q "^ExecStart=$prefix/$bindir/gpubrokerd " "$root/lib/systemd/system/gpubroker.service" ||
   fail "the installed unit does not start $prefix/$bindir/gpubrokerd"
 
+step "systemd-analyze verify the installed unit"
+# verify wants ExecStart= to exist: point it at the DESTDIR copy, nothing else changes.
+mkdir -p "$work/unit"
+sed "s|$prefix/$bindir/gpubrokerd|$root/$bindir/gpubrokerd|" \
+  "$root/lib/systemd/system/gpubroker.service" >"$work/unit/gpubroker.service"
+systemd-analyze verify "$work/unit/gpubroker.service" >"$work/verify.log" 2>&1 ||
+  fail "systemd-analyze verify: $(cat "$work/verify.log")"
+[ ! -s "$work/verify.log" ] || fail "systemd-analyze verify warns: $(cat "$work/verify.log")"
+# The hardening stays where it is (systemd's exposure scale: 0 best, 100 worst).
+systemd-analyze security --offline=yes --threshold=40 "$work/unit/gpubroker.service" \
+  >"$work/security.log" 2>&1 || fail "exposure over 4.0: $(tail -3 "$work/security.log")"
+sed -n 's/^→ /  /p' "$work/security.log"
+mkdir -p "$work/sysroot/etc"
+systemd-sysusers --dry-run --root="$work/sysroot" "$root/lib/sysusers.d/gpubroker.conf" \
+  >"$work/sysusers.log" 2>&1 || fail "systemd-sysusers: $(cat "$work/sysusers.log")"
+
 step "every installed program and library finds its libraries"
 for f in "$root/$bindir"/* "$root/$libdir"/lib*.so*; do
   [ -L "$f" ] && continue

@@ -75,13 +75,27 @@ Process& Process::operator=(Process&& o) noexcept {
   return *this;
 }
 
-Process Process::Spawn(const std::vector<std::string>& argv, const std::string& stderr_path) {
+Process Process::Spawn(const std::vector<std::string>& argv, const std::string& stderr_path,
+                       const std::vector<std::string>& env) {
   int in[2], out[2];
   EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's environment is built before fork: after it, only exec.
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& x : env) replaced = replaced || x.substr(0, x.find('=')) == name;
+    if (!replaced) environment.push_back(entry);
+  }
+  environment.insert(environment.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int err_fd = -1;
   if (!stderr_path.empty()) {
     err_fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -92,7 +106,7 @@ Process Process::Spawn(const std::vector<std::string>& argv, const std::string& 
     ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     if (err_fd >= 0) ::dup2(err_fd, 2);
-    ::execv(args[0], args.data());
+    ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
   ::close(in[0]);
@@ -173,7 +187,8 @@ int Process::Wait(std::chrono::milliseconds timeout) {
 
 // Daemon -----------------------------------------------------------------------
 
-Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml) {
+Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml,
+               const std::vector<std::string>& env) {
   std::vector<std::string> argv = {BinDir() + "/gpubrokerd",
                                    "--socket-dir",
                                    dir_.path(),
@@ -186,13 +201,13 @@ Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_ya
                                    "--host-pool-bytes",
                                    "256MiB"};
   if (!config_yaml.empty()) {
-    const std::string path = dir_.path() + "/gpubroker.yaml";
+    const std::string path = config_path();
     std::ofstream(path) << config_yaml;
     argv.push_back("--config");
     argv.push_back(path);
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  process_ = Process::Spawn(argv, dir_.path() + "/gpubrokerd.log");
+  process_ = Process::Spawn(argv, dir_.path() + "/gpubrokerd.log", env);
   auto line = process_.ReadLine(std::chrono::seconds(20));
   if (!line) {
     ADD_FAILURE() << "gpubrokerd printed no start line; log:\n" << log();
@@ -225,6 +240,8 @@ int Daemon::Stop() {
   ::kill(process_.pid(), SIGTERM);
   return process_.Wait(std::chrono::seconds(20));
 }
+
+void Daemon::Signal(int sig) const { ::kill(process_.pid(), sig); }
 
 void Daemon::Kill() {
   stopped_ = true;

@@ -40,7 +40,9 @@ class Process {
   Process& operator=(Process&&) noexcept;
 
   /// fork+exec; stdout is read through ReadLine; stderr goes to `stderr_path` ("" = inherit).
-  static Process Spawn(const std::vector<std::string>& argv, const std::string& stderr_path = "");
+  /// `env`: "NAME=value" entries added to (or replacing in) this process's environment.
+  static Process Spawn(const std::vector<std::string>& argv, const std::string& stderr_path = "",
+                       const std::vector<std::string>& env = {});
 
   pid_t pid() const { return pid_; }
   bool WriteLine(const std::string& line);
@@ -65,8 +67,9 @@ class Process {
 class Daemon {
  public:
   /// Starts and waits for the start line. `config_yaml` (if any) is written to
-  /// a file and passed with --config.
-  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "");
+  /// a file and passed with --config. `env`: as for Process::Spawn.
+  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "",
+                  const std::vector<std::string>& env = {});
   ~Daemon();
 
   bool ok() const { return ok_; }
@@ -75,6 +78,10 @@ class Daemon {
   const std::string& metrics_address() const { return metrics_address_; }
   pid_t pid() const { return process_.pid(); }
   std::string log() const;
+  /// The --config file (when the daemon was given YAML); rewrite it to test reloads.
+  std::string config_path() const { return dir_.path() + "/gpubroker.yaml"; }
+  /// Sends a signal and leaves the daemon running (SIGHUP: reload).
+  void Signal(int sig) const;
 
   /// SIGTERM and wait; returns the exit code.
   int Stop();
