@@ -27,6 +27,7 @@
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
+#include "daemon/service/tcp_health.h"
 #include "daemon/session/session_server.h"
 #include "daemon/util/logging.h"
 #include "daemon/util/systemd.h"
@@ -190,6 +191,15 @@ absl::Status Daemon::StartGrpc() {
   return SetSocketOwner(grpc_path_, options_.socket_group);
 }
 
+absl::Status Daemon::StartHealth() {
+  if (options_.health_address.empty()) return absl::OkStatus();
+  auto health = TcpHealthServer::Start(options_.health_address);
+  if (!health.ok()) return health.status();
+  health_ = std::move(*health);
+  health_bound_ = health_->address();
+  return absl::OkStatus();
+}
+
 absl::Status Daemon::Start() {
   if (auto s = PrepareSocketDir(); !s.ok()) return s;
 
@@ -229,6 +239,7 @@ absl::Status Daemon::Start() {
   sessions_ = std::make_unique<SessionServer>(*calls_, session_options);
 
   if (auto s = StartGrpc(); !s.ok()) return s;
+  if (auto s = StartHealth(); !s.ok()) return s;
   if (auto s = sessions_->Start(std::move(*listener)); !s.ok()) return s;
   reaper_ = std::thread([this] { ReapExpired(); });
   started_ = true;
@@ -241,9 +252,10 @@ absl::Status Daemon::Start() {
                FormatBytes(d.total_bytes),
                d.compute_capability.empty() ? "" : StrCat(" cc ", d.compute_capability)));
   }
-  std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, metrics %s\n", kVersion,
+  std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, %smetrics %s\n", kVersion,
               std::string(backend_->name()).c_str(), backend_why_.c_str(),
               absl::StrJoin(devices, "; ").c_str(), options_.socket_dir.c_str(),
+              health_bound_.empty() ? "" : StrCat("health ", health_bound_, ", ").c_str(),
               metrics_bound_.empty() ? "off" : metrics_bound_.c_str());
   std::fflush(stdout);
   systemd::NotifyReady(StatusText());
@@ -391,9 +403,12 @@ void Daemon::NotifyServiceManager() {
 }
 
 void Daemon::SetServing(bool serving) {
-  auto* health = server_->GetHealthCheckService();
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(v1::Broker::service_full_name(), serving);
+  if (server_) {
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(v1::Broker::service_full_name(), serving);
+  }
+  if (health_) health_->SetServing(serving);
 }
 
 void Daemon::ReapExpired() {
@@ -432,6 +447,7 @@ void Daemon::Shutdown() {
   // In-flight calls already answer UNAVAILABLE (the registry is shutting down);
   // the grace period only has to let those answers out.
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+  if (health_) health_->Shutdown();
   spdlog::debug("gRPC server stopped");
   if (reaper_.joinable()) {
     stop_reaper_.Notify();
@@ -444,6 +460,7 @@ void Daemon::Shutdown() {
   StopExposer(exposer_, metrics_bound_);
   spdlog::debug("metrics stopped");
   server_.reset();
+  health_.reset();
   service_.reset();
   sessions_.reset();
   calls_.reset();

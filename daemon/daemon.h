@@ -25,6 +25,7 @@ class Metrics;
 class SessionServer;
 class BrokerService;
 class BrokerCalls;
+class TcpHealthServer;
 
 /// gpubrokerd's parts, wired together: backend, registry, session socket,
 /// gRPC service, metrics, TTL reaper.
@@ -59,6 +60,7 @@ class Daemon {
   absl::Status PrepareSocketDir();
   absl::Status StartMetrics();
   absl::Status StartGrpc();
+  absl::Status StartHealth();
   void ReapExpired();
   void SetServing(bool serving);
   // STATUS= lines for the service manager, and WATCHDOG=1 while the books
@@ -81,6 +83,8 @@ class Daemon {
   std::unique_ptr<SessionServer> sessions_;
   std::unique_ptr<BrokerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<TcpHealthServer> health_;  // --health-address
+  std::string health_bound_;
   absl::Notification stop_reaper_;
   std::thread reaper_;
   absl::Notification stop_notifier_;

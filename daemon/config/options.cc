@@ -16,6 +16,18 @@ absl::Status SetString(std::string& field, std::string_view value) {
   return absl::OkStatus();
 }
 
+// Empty, or HOST:PORT with a port of 0 to 65535.
+absl::Status CheckHostPort(std::string_view v) {
+  if (v.empty()) return absl::OkStatus();
+  auto colon = v.rfind(':');
+  int port = -1;
+  if (colon == std::string_view::npos || colon == 0 || !ParseInt(v.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> ParseQuota(std::string_view value) {
   const std::string v = ToLower(Trim(value));
   if (v == "unlimited" || v == "none") return 0;
@@ -49,16 +61,15 @@ const std::vector<OptionSpec> kOptions = {
      "127.0.0.1:9464",
      "Where Prometheus scrapes /metrics; port 0 picks a free port; empty turns metrics off.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       if (!v.empty()) {
-         auto colon = v.rfind(':');
-         int port = -1;
-         if (colon == std::string_view::npos || colon == 0 ||
-             !ParseInt(v.substr(colon + 1), &port) || port < 0 || port > 65535) {
-           return absl::InvalidArgumentError(
-               StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
-         }
-       }
+       if (auto s = CheckHostPort(v); !s.ok()) return s;
        return SetString(o.metrics_address, v);
+     }},
+    {"health-address", "GPUBROKER_HEALTH_ADDRESS", "health_address", "HOST:PORT", "off",
+     "Serves grpc.health.v1 alone (no broker calls) over TCP here, for probes such as "
+     "Kubernetes' grpc probes; port 0 picks a free port.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       if (auto s = CheckHostPort(v); !s.ok()) return s;
+       return SetString(o.health_address, v);
      }},
     {"log-level", "GPUBROKER_LOG_LEVEL", "log_level", "LEVEL", "info",
      "trace, debug, info, warn, error or off.",

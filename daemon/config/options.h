@@ -20,6 +20,7 @@ struct DaemonOptions {
   std::string backend = "auto";
   uint64_t host_pool_bytes = uint64_t{1} << 30;
   std::string metrics_address = "127.0.0.1:9464";
+  std::string health_address;  // grpc.health.v1 alone over TCP (kubelet probes); empty: off
   std::string log_level = "info";
   std::string config_file;
   std::string socket_group;

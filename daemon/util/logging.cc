@@ -58,14 +58,14 @@ void SetUpLogging(const std::string& level) {
   SetLogLevel(level);
   // Protobuf complains on stderr about every malformed frame a client sends;
   // route that through our (rate-limited, levelled) log instead.
-  google::protobuf::SetLogHandler(
-      [](google::protobuf::LogLevel severity, const char* file, int line, const std::string& message) {
-        if (severity >= google::protobuf::LOGLEVEL_FATAL) {
-          spdlog::critical("protobuf {}:{}: {}", file, line, message);
-        } else {
-          spdlog::debug("protobuf: {}", message);
-        }
-      });
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel severity, const char* file,
+                                     int line, const std::string& message) {
+    if (severity >= google::protobuf::LOGLEVEL_FATAL) {
+      spdlog::critical("protobuf {}:{}: {}", file, line, message);
+    } else {
+      spdlog::debug("protobuf: {}", message);
+    }
+  });
 }
 
 void SetLogLevel(const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); }

@@ -275,6 +275,12 @@ Helper::Helper(const std::string& socket_dir, int uid) {
     argv.push_back("--uid");
     argv.push_back(std::to_string(uid));
   }
+  Start(argv);
+}
+
+Helper::Helper(const std::vector<std::string>& argv) { Start(argv); }
+
+void Helper::Start(const std::vector<std::string>& argv) {
   process_ = Process::Spawn(argv);
   auto line = process_.ReadLine(std::chrono::seconds(20));
   ok_ = line && line->rfind("ok ready", 0) == 0;

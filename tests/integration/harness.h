@@ -107,6 +107,9 @@ class Helper {
  public:
   /// Starts it and waits until it has a session. `uid` >= 0: run as that user.
   explicit Helper(const std::string& socket_dir, int uid = -1);
+  /// Starts `argv`: a command line that ends by exec'ing gpubroker-test-helper
+  /// (under unshare, say); waits until it has a session.
+  explicit Helper(const std::vector<std::string>& argv);
   ~Helper();
 
   bool ok() const { return ok_; }
@@ -125,6 +128,8 @@ class Helper {
   int Exit();
 
  private:
+  void Start(const std::vector<std::string>& argv);
+
   Process process_;
   bool ok_ = false;
   bool gone_ = false;

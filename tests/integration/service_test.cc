@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "gpubroker/v1/broker.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 
@@ -122,9 +125,10 @@ TEST(Service, SighupReloadsQuotasAndTenantsWithoutDroppingSessions) {
   EXPECT_EQ(before.Send("alloc big 1048576").rfind("err RESOURCE_EXHAUSTED", 0), 0u);
 
   // A larger quota, and this uid moves to another tenant for new sessions.
-  WriteFile(daemon.config_path(), "tenants:\n  - name: team\n    quota: 8MiB\n"
-                                  "  - name: moved\n    uids: [" +
-                                      std::to_string(::getuid()) + "]\n    quota: 2MiB\n");
+  WriteFile(daemon.config_path(),
+            "tenants:\n  - name: team\n    quota: 8MiB\n"
+            "  - name: moved\n    uids: [" +
+                std::to_string(::getuid()) + "]\n    quota: 2MiB\n");
   daemon.Signal(SIGHUP);
   ASSERT_TRUE(Eventually([&] { return daemon.log().find("reloaded") != std::string::npos; }))
       << daemon.log();
@@ -269,6 +273,36 @@ TEST(Service, LinesOnAJournalStreamCarrySyslogPriorities) {
     EXPECT_FALSE(line.size() > 8 && std::isdigit(line[3]) && line[7] == '-') << line;
   }
   EXPECT_EQ(text.find(" info "), std::string::npos) << text;
+}
+
+// Kubernetes' grpc probes reach a TCP port: --health-address serves
+// grpc.health.v1 there, and nothing else of the broker.
+TEST(Service, HealthAddressAnswersHealthChecksOnlyOverTcp) {
+  Daemon daemon({"--health-address", "127.0.0.1:0"});
+  ASSERT_TRUE(daemon.ok());
+  const std::string line = daemon.start_line();
+  const auto at = line.find("health 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << line;
+  const std::string address = line.substr(at + 7, line.find(',', at) - at - 7);
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  for (const char* service : {"", "gpubroker.v1.Broker"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status s = health->Check(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << service << ": " << s.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  // The broker itself is not on the network.
+  auto broker = v1::Broker::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::StatusRequest req;
+  v1::StatusResponse resp;
+  EXPECT_EQ(broker->Status(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
 }  // namespace
