@@ -9,7 +9,10 @@ set(GPUBROKER_UNIT_DIR lib/systemd/system)
 set(GPUBROKER_SYSUSERS_DIR lib/sysusers.d)
 set(GPUBROKER_CONFIG_DIR ${CMAKE_INSTALL_FULL_SYSCONFDIR}/gpubroker)
 
-install(TARGETS gpubrokerd gpubroker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The demo pair (make demo) doubles as a smoke test of a node: a producer
+# and a consumer that share a host-memory tensor through the daemon.
+install(TARGETS gpubrokerd gpubroker gpubroker-demo-producer gpubroker-demo-consumer
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Libraries find each other in their own directory (see CMAKE_INSTALL_RPATH).
 if(CMAKE_INSTALL_RPATH)

@@ -34,13 +34,23 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+# Node.js checks the Kubernetes manifests (tests/k8s); a machine that has it
+# from elsewhere keeps its own.
+command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The manifest checker's npm packages, pinned by tests/k8s/package-lock.json.
+k8s=$(cd "$(dirname "$0")/.." && pwd)/tests/k8s
+if [ ! -f "$k8s/node_modules/.package-lock.json" ] ||
+   [ "$k8s/package-lock.json" -nt "$k8s/node_modules/.package-lock.json" ]; then
+  echo "install-deps: npm ci in tests/k8s"
+  npm ci --prefix "$k8s" --no-audit --no-fund --loglevel=error
+fi

@@ -30,9 +30,11 @@ exec "$helper" --socket-dir /run/gpubroker
 )";
 
 std::vector<std::string> InPodNamespaces(const std::string& socket_dir) {
-  return {"/usr/bin/unshare", "--pid",   "--fork",    "--kill-child", "--mount-proc", "--mount",
-          "--net",            "--ipc",   "--uts",     "--",           "/bin/sh",      "-c",
-          kPodSetup,          "sh",      BinDir() + "/gpubroker-test-helper",         socket_dir};
+  return {
+      "/usr/bin/unshare", "--pid", "--fork",  "--kill-child", "--mount-proc",
+      "--mount",          "--net", "--ipc",   "--uts",        "--",
+      "/bin/sh",          "-c",    kPodSetup, "sh",           BinDir() + "/gpubroker-test-helper",
+      socket_dir};
 }
 
 TEST(Namespaces, AClientInItsOwnPidMountNetAndIpcNamespacesSharesBuffersBothWays) {
