@@ -6,7 +6,7 @@
 set(CPACK_PACKAGE_NAME gpubroker)
 set(CPACK_PACKAGE_VENDOR gpubroker)
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Per-node GPU memory broker: share GPU buffers between processes")
-set(CPACK_PACKAGE_DESCRIPTION
+string(CONCAT CPACK_PACKAGE_DESCRIPTION
   "gpubrokerd owns the GPU (or host) memory of a node and lends buffers to client processes\n"
   "through file descriptors, with leases, tenants, quotas, reclaim of dead clients and\n"
   "Prometheus metrics. This package has the daemon, its systemd unit, the gpubroker CLI,\n"

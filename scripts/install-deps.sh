@@ -2,7 +2,12 @@
 # Installs the Debian/Ubuntu packages that gpubroker needs to build and test.
 # Idempotent: apt-get runs only when a package is missing, so a warm machine
 # spends no time here. Run as root (or with sudo available).
+#
+#   --build-only   what building and packaging need, not the test tools
+#                  (the container image's build stage)
 set -euo pipefail
+build_only=false
+[ "${1:-}" = --build-only ] && build_only=true
 
 packages=(
   build-essential cmake pkg-config
@@ -10,7 +15,7 @@ packages=(
   libspdlog-dev libfmt-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
   libabsl-dev libgtest-dev libgmock-dev libsystemd-dev
   clang libclang-rt-dev
-  systemd
+  systemd file
 )
 
 # Debian 12 ships the clang runtime as libclang-rt-14-dev; newer releases have
@@ -26,8 +31,12 @@ resolve() {
   echo "$p"
 }
 
+# Only the tests and the sanitizer build need these.
+test_only=" clang libclang-rt-dev libgtest-dev libgmock-dev "
+
 missing=()
 for p in "${packages[@]}"; do
+  if $build_only && [[ $test_only == *" $p "* ]]; then continue; fi
   [ -n "$p" ] || continue
   p=$(resolve "$p")
   [ -n "$p" ] || continue
@@ -36,7 +45,9 @@ done
 
 # Node.js checks the Kubernetes manifests (tests/k8s); a machine that has it
 # from elsewhere keeps its own.
-command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
+if ! $build_only && ! { command -v node && command -v npm; } >/dev/null; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
@@ -49,8 +60,8 @@ fi
 
 # The manifest checker's npm packages, pinned by tests/k8s/package-lock.json.
 k8s=$(cd "$(dirname "$0")/.." && pwd)/tests/k8s
-if [ ! -f "$k8s/node_modules/.package-lock.json" ] ||
-   [ "$k8s/package-lock.json" -nt "$k8s/node_modules/.package-lock.json" ]; then
+if ! $build_only && { [ ! -f "$k8s/node_modules/.package-lock.json" ] ||
+   [ "$k8s/package-lock.json" -nt "$k8s/node_modules/.package-lock.json" ]; }; then
   echo "install-deps: npm ci in tests/k8s"
   npm ci --prefix "$k8s" --no-audit --no-fund --loglevel=error
 fi
