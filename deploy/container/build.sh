@@ -36,7 +36,7 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
 mirror=${DEBIAN_MIRROR:-}
 if [ -z "$mirror" ]; then
   mirror=$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+' /etc/apt/sources.list.d/*.sources \
-             /etc/apt/sources.list 2>/dev/null | grep -v security | head -1 | awk '{print $2}')
+             /etc/apt/sources.list 2>/dev/null | grep -v security | head -1 | awk '{print $2}' || true)
 fi
 [ -n "$mirror" ] || { echo "no Debian mirror: set DEBIAN_MIRROR" >&2; exit 1; }
 
@@ -65,36 +65,90 @@ podman image ls "$image"
 $run || exit 0
 
 step "the daemon in a container, clients in and out of it"
-# What `podman run` needs on a machine that is itself a container: no cgroups
-# of its own, the host's network (metrics on loopback) and the host's
-# rlimits, which the default (nofile 1048576) would exceed.
-run_flags=(--cgroups=disabled --network host --ulimit host --security-opt label=disable)
+# `podman run` on a machine that is itself a container needs no cgroups of
+# its own and the host's network; where crun still cannot set the rlimits
+# (EPERM on RLIMIT_NOFILE/NPROC, even to the host's own values), each
+# container's root file system (podman create + podman mount) runs under
+# unshare (mount, PID, IPC, UTS namespaces) + chroot as the image's user.
+run_flags=(--cgroups=disabled --network host --security-opt label=disable)
+mode=podman
+if ! podman run --rm "${run_flags[@]}" --entrypoint /usr/bin/gpubrokerd "$image" --version \
+     >"$work/run-probe.log" 2>&1; then
+  mode=chroot
+  echo "podman run: $(tail -1 "$work/run-probe.log"); running the image's file system with unshare + chroot"
+fi
 sock=$(mktemp -d "${TMPDIR:-/tmp}/gpubroker-sock-XXXXXX")
 chown 10001:10001 "$sock"
 chmod 0750 "$sock"
-daemon=gpubroker-try-$$
+names=() pids=()
 cleanup() {
-  podman rm -f "$daemon" "$daemon-producer" >/dev/null 2>&1 || true
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for n in "${names[@]}"; do
+    podman umount "$n" >/dev/null 2>&1 || true
+    podman rm -f "$n" >/dev/null 2>&1 || true
+  done
   rm -rf "$sock"
 }
 trap cleanup EXIT
-podman run -d --name "$daemon" "${run_flags[@]}" -v "$sock:/run/gpubroker" "$image" \
-  --config=/etc/gpubroker/gpubroker.yaml --socket-dir=/run/gpubroker \
-  --metrics-address=127.0.0.1:0 --health-address=127.0.0.1:0 >/dev/null
+
+# start NAME PROGRAM ARGS...: PROGRAM of the image, in a container of its own,
+# with the socket directory mounted at /run/gpubroker; logs in $work/NAME.log.
+start() {
+  local name=$1 program=$2
+  shift 2
+  names+=("$name")
+  if [ "$mode" = podman ]; then
+    podman run -d --name "$name" "${run_flags[@]}" -v "$sock:/run/gpubroker" \
+      --entrypoint "$program" "$image" "$@" >/dev/null
+  else
+    podman create --name "$name" "$image" >/dev/null
+    local root
+    root=$(podman mount "$name")
+    unshare --mount --pid --fork --kill-child --ipc --uts -- /bin/sh -c '
+      set -e; sock=$1 root=$2; shift 2
+      mount --bind "$sock" "$root/run/gpubroker"
+      mount -t proc proc "$root/proc"
+      exec chroot "$root" setpriv --reuid 10001 --regid 10001 --clear-groups --no-new-privs \
+        env -i PATH=/usr/bin:/bin GPUBROKER_SOCKET_DIR=/run/gpubroker "$@"' \
+      sh "$sock" "$root" "$program" "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
+  fi
+}
+# stop NAME: SIGTERM, then its exit code.
+stop() {
+  local name=$1 i
+  if [ "$mode" = podman ]; then
+    podman stop -t 20 "$name" >/dev/null
+    podman logs "$name" >"$work/$name.log" 2>&1
+    podman inspect -f '{{.State.ExitCode}}' "$name"
+  else
+    for i in "${!names[@]}"; do [ "${names[$i]}" = "$name" ] && break; done
+    kill -TERM "${pids[$i]}"
+    local code=0
+    wait "${pids[$i]}" || code=$?
+    echo "$code"
+  fi
+}
+
+daemon=gpubroker-try-$$
+start "$daemon" /usr/bin/gpubrokerd --config=/etc/gpubroker/gpubroker.yaml \
+  --socket-dir=/run/gpubroker --metrics-address=127.0.0.1:0 --health-address=127.0.0.1:0
 for _ in $(seq 100); do [ -S "$sock/gpubroker.sock" ] && break; sleep 0.1; done
-podman logs "$daemon"
-[ -S "$sock/gpubroker.sock" ] || { echo "the daemon in the container did not start" >&2; exit 1; }
+[ -S "$sock/gpubroker.sock" ] || { echo "the daemon did not start" >&2; cat "$work/$daemon.log"; exit 1; }
+sleep 0.2
+[ "$mode" = podman ] && podman logs "$daemon" | head -3 || head -3 "$work/$daemon.log"
 ls -ln "$sock"
 
-# A producer in a second container of the image, on the same directory.
-podman run -d --name "$daemon-producer" "${run_flags[@]}" -v "$sock:/run/gpubroker" \
-  --entrypoint gpubroker-demo-producer "$image" camera0.frame >/dev/null
-# The consumer and the CLI on the host, built from this tree.
+# A producer in a second container of the image, on the same directory; the
+# consumer and the CLI on the host, built from this tree.
+start "$daemon-producer" /usr/bin/gpubroker-demo-producer camera0.frame
 GPUBROKER_SOCKET_DIR=$sock "$host_bin/gpubroker-demo-consumer" camera0.frame </dev/null
 GPUBROKER_SOCKET_DIR=$sock "$host_bin/gpubroker" status
-podman stop -t 10 "$daemon-producer" >/dev/null
-podman logs "$daemon-producer"
-podman stop -t 20 "$daemon" >/dev/null
-echo "daemon exit code: $(podman inspect -f '{{.State.ExitCode}}' "$daemon")"
+echo "producer exit code: $(stop "$daemon-producer")"
+cat "$work/$daemon-producer.log"
+code=$(stop "$daemon")
+echo "daemon exit code: $code"
+tail -4 "$work/$daemon.log"
+[ "$code" = 0 ] || { echo "the daemon did not stop cleanly" >&2; exit 1; }
 [ ! -e "$sock/session.sock" ] || { echo "sockets left behind" >&2; exit 1; }
-echo "container: passed"
+echo "container ($mode): passed"
