@@ -5,6 +5,7 @@
 
 #include "common/strings.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
+#include "grpcpp/ext/health_check_service_server_builder_option.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gpubroker {
@@ -17,6 +18,9 @@ absl::StatusOr<std::unique_ptr<TcpHealthServer>> TcpHealthServer::Start(
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  // This service instead of the default one (which the daemon enables for
+  // its Unix-socket server, and which would be registered here twice).
+  builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
   builder.RegisterService(self.get());
   self->server_ = builder.BuildAndStart();
   if (!self->server_ || port == 0) {

@@ -130,8 +130,11 @@ stop() {
   fi
 }
 
+# The producer runs as the image's user (10001), the consumer outside as
+# root: one tenant for both, or each would see only its own buffers.
+printf 'tenants:\n  - name: demo\n    uids: [0, 10001]\n' >"$sock/try.yaml"
 daemon=gpubroker-try-$$
-start "$daemon" /usr/bin/gpubrokerd --config=/etc/gpubroker/gpubroker.yaml \
+start "$daemon" /usr/bin/gpubrokerd --config=/run/gpubroker/try.yaml \
   --socket-dir=/run/gpubroker --metrics-address=127.0.0.1:0 --health-address=127.0.0.1:0
 for _ in $(seq 100); do [ -S "$sock/gpubroker.sock" ] && break; sleep 0.1; done
 [ -S "$sock/gpubroker.sock" ] || { echo "the daemon did not start" >&2; cat "$work/$daemon.log"; exit 1; }

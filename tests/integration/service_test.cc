@@ -303,6 +303,7 @@ TEST(Service, HealthAddressAnswersHealthChecksOnlyOverTcp) {
   v1::StatusRequest req;
   v1::StatusResponse resp;
   EXPECT_EQ(broker->Status(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(daemon.log().find("duplicate registration"), std::string::npos) << daemon.log();
 }
 
 }  // namespace
