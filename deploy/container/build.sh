@@ -8,7 +8,8 @@
 # the same socket directory, and a consumer and the CLI outside it, on the
 # host, open and check the producer's buffer through the mounted directory.
 #
-# deploy/container/build.sh [--no-cuda] [--skip-run]
+# deploy/container/build.sh [--no-cuda] [--skip-run] [--skip-build]
+#   --skip-build: try the image built last time
 # Environment: WORK (default build-container/), DEBIAN_MIRROR (default: the
 # first of this machine's apt sources), IMAGE (default gpubroker:VERSION),
 # HOST_BIN (the host-side client programs; default build/bin).
@@ -17,12 +18,13 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
-with_cuda=true run=true
+with_cuda=true run=true build=true
 for a in "$@"; do
   case $a in
     --no-cuda) with_cuda=false ;;
     --skip-run) run=false ;;
-    *) echo "usage: $0 [--no-cuda] [--skip-run]" >&2; exit 2 ;;
+    --skip-build) build=false ;;
+    *) echo "usage: $0 [--no-cuda] [--skip-run] [--skip-build]" >&2; exit 2 ;;
   esac
 done
 version=$(sed -n 's/^project(gpubroker VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
@@ -40,7 +42,7 @@ if [ -z "$mirror" ]; then
 fi
 [ -n "$mirror" ] || { echo "no Debian mirror: set DEBIAN_MIRROR" >&2; exit 1; }
 
-if ! podman image exists "$base"; then
+if $build && ! podman image exists "$base"; then
   if [ ! -x "$work/rootfs/usr/bin/apt-get" ]; then
     step "debootstrap bookworm from $mirror"
     rm -rf "$work/rootfs"
@@ -51,16 +53,18 @@ if ! podman image exists "$base"; then
 fi
 
 volumes=()
-if $with_cuda && [ -d /usr/local/cuda/ ]; then
+if $build && $with_cuda && [ -d /usr/local/cuda/ ]; then
   cuda=$(readlink -f /usr/local/cuda)
   volumes=(-v "$cuda:/usr/local/cuda:ro")
   echo "CUDA toolkit $cuda: the image gets the CUDA backends"
 fi
+if $build; then
 step "podman build $image"
 podman build --isolation chroot --network host "${volumes[@]}" --build-arg BASE="$base" \
   -f deploy/container/Dockerfile -t "$image" . 2>&1 | tee "$work/build.log" | grep -E \
   '^(STEP|COMMIT)|gpubroker: |Package: |Depends: |Installed-Size|error' || true
-podman image exists "$image" || { echo "podman build failed: $work/build.log" >&2; exit 1; }
+fi
+podman image exists "$image" || { echo "no image $image (podman build: $work/build.log)" >&2; exit 1; }
 podman image ls "$image"
 $run || exit 0
 
@@ -114,19 +118,20 @@ start() {
     pids+=($!)
   fi
 }
-# stop NAME: SIGTERM, then its exit code.
+# stop NAME: SIGTERM to the program, then its exit code in $code.
 stop() {
   local name=$1 i
   if [ "$mode" = podman ]; then
     podman stop -t 20 "$name" >/dev/null
     podman logs "$name" >"$work/$name.log" 2>&1
-    podman inspect -f '{{.State.ExitCode}}' "$name"
+    code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
   else
     for i in "${!names[@]}"; do [ "${names[$i]}" = "$name" ] && break; done
-    kill -TERM "${pids[$i]}"
-    local code=0
+    # The program is unshare's child (process 1 of its PID namespace):
+    # unshare itself would pass on no SIGTERM.
+    kill -TERM "$(pgrep -P "${pids[$i]}")"
+    code=0
     wait "${pids[$i]}" || code=$?
-    echo "$code"
   fi
 }
 
@@ -147,9 +152,10 @@ ls -ln "$sock"
 start "$daemon-producer" /usr/bin/gpubroker-demo-producer camera0.frame
 GPUBROKER_SOCKET_DIR=$sock "$host_bin/gpubroker-demo-consumer" camera0.frame </dev/null
 GPUBROKER_SOCKET_DIR=$sock "$host_bin/gpubroker" status
-echo "producer exit code: $(stop "$daemon-producer")"
+stop "$daemon-producer"
+echo "producer exit code: $code"
 cat "$work/$daemon-producer.log"
-code=$(stop "$daemon")
+stop "$daemon"
 echo "daemon exit code: $code"
 tail -4 "$work/$daemon.log"
 [ "$code" = 0 ] || { echo "the daemon did not stop cleanly" >&2; exit 1; }

@@ -7,10 +7,12 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -323,6 +325,57 @@ int Helper::Exit() {
   const int code = process_.Wait(std::chrono::seconds(20));
   if (code == -1) process_.Signal(SIGKILL);
   return code;
+}
+
+// NotifySocket, pods -------------------------------------------------------------
+
+NotifySocket::NotifySocket() : path_(dir_.path() + "/notify.sock") {
+  fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+  EXPECT_EQ(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{0, 100000};
+  ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+std::string NotifySocket::WaitFor(const std::string& what, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    char buf[4096];
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+    if (n <= 0) continue;
+    std::string message(buf, static_cast<size_t>(n));
+    seen_.push_back(message);
+    if (message.find(what) != std::string::npos) return message;
+  }
+  return "";
+}
+
+std::string NotifySocket::Seen() const {
+  std::string out;
+  for (const auto& m : seen_) out += "[" + m + "] ";
+  return out;
+}
+
+// What runs inside the new namespaces before the client: the pod's hostPath
+// mount, and the directory's real path hidden under a tmpfs.
+constexpr const char* kPodSetup = R"(set -e
+helper=$1 sock=$2
+mount -t tmpfs tmpfs /run
+mkdir /run/gpubroker
+mount --bind "$sock" /run/gpubroker
+mount -t tmpfs tmpfs "$sock"
+test ! -e "$sock/session.sock"
+exec "$helper" --socket-dir /run/gpubroker
+)";
+
+std::vector<std::string> InPodNamespaces(const std::string& socket_dir) {
+  return {
+      "/usr/bin/unshare", "--pid", "--fork",  "--kill-child", "--mount-proc",
+      "--mount",          "--net", "--ipc",   "--uts",        "--",
+      "/bin/sh",          "-c",    kPodSetup, "sh",           BinDir() + "/gpubroker-test-helper",
+      socket_dir};
 }
 
 // Utilities --------------------------------------------------------------------

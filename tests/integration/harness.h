@@ -160,6 +160,32 @@ class RawSession {
   uint64_t next_id_ = 1;
 };
 
+/// The service manager's end of sd_notify: a datagram socket (pass
+/// "NOTIFY_SOCKET=" + path() to the daemon) that collects what the daemon
+/// sends, one message per datagram.
+class NotifySocket {
+ public:
+  NotifySocket();
+  const std::string& path() const { return path_; }
+  /// The next message that contains `what`, skipping others; "" on timeout.
+  std::string WaitFor(const std::string& what,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Everything received so far, for failure messages.
+  std::string Seen() const;
+
+ private:
+  TempDir dir_;
+  std::string path_;
+  UniqueFd fd_;
+  std::vector<std::string> seen_;
+};
+
+/// A command line that runs gpubroker-test-helper as in a pod: under unshare,
+/// in PID, mount, network, IPC and UTS namespaces of its own, with a private
+/// /run where the daemon's socket directory is bind-mounted at
+/// /run/gpubroker and its real path hidden. Needs root.
+std::vector<std::string> InPodNamespaces(const std::string& socket_dir);
+
 /// Polls `pred` until it holds or the timeout passes.
 bool Eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));

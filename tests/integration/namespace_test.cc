@@ -16,27 +16,6 @@
 namespace gpubroker::testing {
 namespace {
 
-// Inside the new namespaces, before the client starts: a private /run with
-// the daemon's socket directory bound at /run/gpubroker (the pod's hostPath
-// mount), and the directory's real path hidden under a tmpfs.
-constexpr const char* kPodSetup = R"(set -e
-helper=$1 sock=$2
-mount -t tmpfs tmpfs /run
-mkdir /run/gpubroker
-mount --bind "$sock" /run/gpubroker
-mount -t tmpfs tmpfs "$sock"
-test ! -e "$sock/session.sock"
-exec "$helper" --socket-dir /run/gpubroker
-)";
-
-std::vector<std::string> InPodNamespaces(const std::string& socket_dir) {
-  return {
-      "/usr/bin/unshare", "--pid", "--fork",  "--kill-child", "--mount-proc",
-      "--mount",          "--net", "--ipc",   "--uts",        "--",
-      "/bin/sh",          "-c",    kPodSetup, "sh",           BinDir() + "/gpubroker-test-helper",
-      socket_dir};
-}
-
 TEST(Namespaces, AClientInItsOwnPidMountNetAndIpcNamespacesSharesBuffersBothWays) {
   if (!IsRoot()) GTEST_SKIP() << "creating mount and PID namespaces needs root";
   struct stat st {};

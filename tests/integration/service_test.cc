@@ -26,48 +26,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The service manager's end of sd_notify: a datagram socket that collects
-// what the daemon sends, one message per datagram.
-class NotifySocket {
- public:
-  NotifySocket() : path_(dir_.path() + "/notify.sock") {
-    fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
-    EXPECT_EQ(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    timeval tv{0, 100000};
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  const std::string& path() const { return path_; }
-
-  /// The next message that contains `what`, skipping others; "" on timeout.
-  std::string WaitFor(const std::string& what, std::chrono::milliseconds timeout = 10s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      char buf[4096];
-      const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
-      if (n <= 0) continue;
-      std::string message(buf, static_cast<size_t>(n));
-      seen_.push_back(message);
-      if (message.find(what) != std::string::npos) return message;
-    }
-    return "";
-  }
-  /// Everything received so far, for failure messages.
-  std::string Seen() const {
-    std::string out;
-    for (const auto& m : seen_) out += "[" + m + "] ";
-    return out;
-  }
-
- private:
-  TempDir dir_;
-  std::string path_;
-  UniqueFd fd_;
-  std::vector<std::string> seen_;
-};
-
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
