@@ -15,6 +15,7 @@ packages=(
   libspdlog-dev libfmt-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
   libabsl-dev libgtest-dev libgmock-dev libsystemd-dev
   clang libclang-rt-dev
+  python3 python3-numpy python3-pytest python3-setuptools python3-pip
   systemd file
 )
 

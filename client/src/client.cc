@@ -48,6 +48,7 @@ void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullp
 
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
+  impl_->CheckProcess();
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
   v1::Call call;
@@ -69,13 +70,30 @@ void Buffer::seal(void* stream) {
 
 void Buffer::wait_ready(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
+  impl_->CheckProcess();
   mapping_->WaitReady(stream);
 }
+
+void* Buffer::ready_stream() {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "ready_stream on an empty Buffer handle");
+  impl_->CheckProcess();
+  return mapping_->ReadyStream();
+}
+
+int Buffer::device_ordinal() const noexcept { return mapping_ ? mapping_->device_ordinal() : -1; }
 
 void Buffer::release() { Reset(true); }
 
 void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
+  if (impl_->forked()) {
+    // The lease is the parent's: keep out of its session. A host mapping is
+    // this process's own to undo; the CUDA ones skip their calls themselves.
+    mapping_.reset();
+    auto impl = std::move(impl_);
+    if (report_errors) impl->CheckProcess();
+    return;
+  }
   // Unmap before the lease drops: the daemon may hand the memory to someone
   // else as soon as the last lease is gone.
   mapping_.reset();

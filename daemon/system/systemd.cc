@@ -1,4 +1,4 @@
-#include "daemon/util/systemd.h"
+#include "daemon/system/systemd.h"
 
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
