@@ -105,7 +105,7 @@ if [ -n "$pydir" ]; then
   grep -q "\"$prefix/$libdir/libgpubroker.so.0\"" "$root/$pydir/gpubroker/_location.py" ||
     fail "the package does not name $prefix/$libdir/libgpubroker.so.0: $(cat "$root/$pydir/gpubroker/_location.py")"
   # In the DESTDIR the library is not where it will be: say where it is.
-  PYTHONPATH=$root/$pydir GPUBROKER_LIBRARY=$root/$libdir/libgpubroker.so.0 "$python" -c '
+  [ -n "$python" ] && PYTHONPATH=$root/$pydir GPUBROKER_LIBRARY=$root/$libdir/libgpubroker.so.0 "$python" -c '
 import sys, numpy, gpubroker
 assert gpubroker.__file__.startswith(sys.argv[2]), gpubroker.__file__
 with gpubroker.connect(sys.argv[1]) as client:
@@ -116,7 +116,8 @@ with gpubroker.connect(sys.argv[1]) as client:
     print("python: %d bytes of install.check as written" % a.size)
     del a
     buf.release()
-' "$sock" "$root/$pydir" || fail "python"
+' "$sock" "$root/$pydir" || { [ -z "$python" ] || fail "python"; }
+  [ -n "$python" ] || echo "  (a sanitizer build: the package is installed, not imported)"
 fi
 
 step "a C program built with pkg-config"
