@@ -124,9 +124,15 @@ step "a C program built with pkg-config"
 export PKG_CONFIG_PATH=$root/$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$dest
 [ "$(pkg-config --modversion gpubroker)" = "$(sed -n 's/^Version: //p' "$root/$libdir/pkgconfig/gpubroker.pc")" ]
 # shellcheck disable=SC2046,SC2086
-"$cc" -std=c99 -Wall -Wextra -Wpedantic -Werror $flags -o "$work/reader" \
-  "$src/tests/install/reader.c" $(pkg-config --cflags --libs gpubroker) \
-  -Wl,-rpath,"$root/$libdir" || fail "cc with pkg-config"
+"$cc" -std=c99 -Wall -Wextra -Wpedantic -Werror $flags -c -o "$work/reader.o" \
+  "$src/tests/install/reader.c" $(pkg-config --cflags gpubroker) || fail "cc with pkg-config"
+# A C program links with the C compiler; an ASan+UBSan library needs the C++
+# driver's sanitizer runtime.
+link=$cc
+[ -z "$flags" ] || link=$cxx
+# shellcheck disable=SC2046,SC2086
+"$link" $flags -o "$work/reader" "$work/reader.o" $(pkg-config --libs gpubroker) \
+  -Wl,-rpath,"$root/$libdir" || fail "link with pkg-config"
 "$work/reader" "$sock" install.check || fail "reader"
 "$root/$bindir/gpubroker" --socket-dir "$sock" --json ls >"$work/ls.json" || fail "ls"
 if grep -q '"install.check"' "$work/ls.json"; then fail "install.check is still there after free"; fi
