@@ -17,6 +17,18 @@ absl::Status SetString(std::string& field, std::string_view value) {
   return absl::OkStatus();
 }
 
+// Empty, or HOST:PORT with a port of 0 to 65535.
+absl::Status CheckHostPort(std::string_view v) {
+  if (v.empty()) return absl::OkStatus();
+  auto colon = v.rfind(':');
+  int port = -1;
+  if (colon == std::string_view::npos || colon == 0 || !ParseInt(v.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> ParseQuota(std::string_view value) {
   const std::string v = ToLower(Trim(value));
   if (v == "unlimited" || v == "none") return 0;
@@ -49,16 +61,15 @@ const std::vector<OptionSpec> kOptions = {
      "127.0.0.1:9464",
      "Where Prometheus scrapes /metrics; port 0 picks a free port; empty turns metrics off.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       if (!v.empty()) {
-         auto colon = v.rfind(':');
-         int port = -1;
-         if (colon == std::string_view::npos || colon == 0 ||
-             !ParseInt(v.substr(colon + 1), &port) || port < 0 || port > 65535) {
-           return absl::InvalidArgumentError(
-               StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
-         }
-       }
+       if (auto s = CheckHostPort(v); !s.ok()) return s;
        return SetString(o.metrics_address, v);
+     }},
+    {"health-address", "GPUBROKER_HEALTH_ADDRESS", "health_address", "HOST:PORT", "off",
+     "Serves grpc.health.v1 alone (no broker calls) over TCP here, for probes such as "
+     "Kubernetes' grpc probes; port 0 picks a free port.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       if (auto s = CheckHostPort(v); !s.ok()) return s;
+       return SetString(o.health_address, v);
      }},
     {"log-level", "GPUBROKER_LOG_LEVEL", "log_level", "LEVEL", "info",
      "trace, debug, info, warn, error or off.",
@@ -223,6 +234,7 @@ absl::Status ApplyConfigYaml(const std::string& yaml_text, const std::string& or
       if (auto s = spec->apply(options, value); !s.ok()) {
         return Annotate(s, StrCat(origin, ": ", key));
       }
+      options.given[std::string(spec->flag)] = value;
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(StrCat(origin, ": ", e.what()));
@@ -246,6 +258,18 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     }
     if (arg == "--help-markdown") {
       out.show_markdown = true;
+      continue;
+    }
+    if (arg == "--check-config" || arg.starts_with("--check-config=")) {
+      std::string file;
+      if (arg.starts_with("--check-config=")) {
+        file = std::string(arg.substr(std::string_view("--check-config=").size()));
+      } else if (i + 1 < argc) {
+        file = argv[++i];
+      }
+      if (file.empty()) return absl::InvalidArgumentError("--check-config needs a FILE");
+      out.check_config = true;
+      flags.emplace_back(FindByFlag("config"), std::move(file));
       continue;
     }
     if (!arg.starts_with("--")) {
@@ -291,12 +315,14 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     const std::string name(spec.env);
     if (const char* e = env(name.c_str()); e != nullptr) {
       if (auto s = spec.apply(out.options, e); !s.ok()) return Annotate(s, name);
+      out.options.given[std::string(spec.flag)] = e;
     }
   }
   for (const auto& [spec, value] : flags) {
     if (auto s = spec->apply(out.options, value); !s.ok()) {
       return Annotate(s, StrCat("--", spec->flag));
     }
+    out.options.given[std::string(spec->flag)] = value;
   }
   if (out.options.socket_dir.empty()) out.options.socket_dir = DefaultSocketDir();
   return out;
@@ -313,6 +339,9 @@ std::string HelpText(std::string_view program) {
               "\n");
   }
   StrAppend(&out,
+            "  --check-config FILE\n"
+            "      check FILE (with the environment and the other flags) as the daemon\n"
+            "      would at start or reload, print what it found, and exit: 0 when good\n"
             "  --help          this text\n"
             "  --version       print the version and exit\n"
             "Flags override the environment, which overrides the config file.\n");

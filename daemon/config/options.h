@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,7 @@ struct DaemonOptions {
   std::string backend = "auto";
   uint64_t host_pool_bytes = uint64_t{1} << 30;
   std::string metrics_address = "127.0.0.1:9464";
+  std::string health_address;  // grpc.health.v1 alone over TCP (kubelet probes); empty: off
   std::string log_level = "info";
   std::string config_file;
   std::string socket_group;
@@ -30,6 +32,9 @@ struct DaemonOptions {
   uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
   std::string small_buffers = "arena";       // "arena" or "pool"
   std::vector<TenantSpec> tenants;           // config file only
+  // Option flag -> the text that set it, from whichever source won (file,
+  // environment, flag); unset options are absent. A reload compares these.
+  std::map<std::string, std::string> given;
 };
 
 struct OptionSpec {
@@ -53,11 +58,12 @@ struct ParsedCommandLine {
   bool show_help = false;
   bool show_version = false;
   bool show_markdown = false;  // --help-markdown: the option table as Markdown
+  bool check_config = false;   // --check-config FILE: validate and exit
 };
 
-/// Defaults, then the config file (--config or GPUBROKER_CONFIG), then the
-/// environment, then flags: the later wins. INVALID_ARGUMENT with a message
-/// that names the option and the source of the bad value.
+/// Defaults, then the config file (--config or GPUBROKER_CONFIG; --check-config
+/// FILE names it too), then the environment, then flags: the later wins. INVALID_ARGUMENT with a
+/// message that names the option and the source of the bad value.
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* argv,
                                                    const EnvLookup& env);
 
