@@ -10,7 +10,7 @@
 #include "common/version.h"
 #include "daemon/config/options.h"
 #include "daemon/daemon.h"
-#include "daemon/system/logging.h"
+#include "daemon/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace {

@@ -1,10 +1,10 @@
-#include "daemon/system/logging.h"
+#include "daemon/logging.h"
 
 #include <cstdio>
 #include <memory>
 #include <mutex>
 
-#include "daemon/system/systemd.h"
+#include "daemon/systemd.h"
 #include "google/protobuf/stubs/logging.h"
 #include "spdlog/sinks/base_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"

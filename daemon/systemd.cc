@@ -1,4 +1,4 @@
-#include "daemon/system/systemd.h"
+#include "daemon/systemd.h"
 
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
