@@ -19,6 +19,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # useradd, groupadd (postinst).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "passwd")
+# The Python package in it runs on the system's python3 (numpy for arrays).
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-numpy")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 set(_debian ${PROJECT_BINARY_DIR}/package/debian)

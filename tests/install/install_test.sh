@@ -98,13 +98,41 @@ step "the installed CLI sees it"
 "$root/$bindir/gpubroker" --socket-dir "$sock" --json ls >"$work/ls.json" || fail "ls"
 grep -q '"install.check"' "$work/ls.json" || fail "gpubroker ls does not show install.check: $(cat "$work/ls.json")"
 
+python=${GPUBROKER_TEST_PYTHON:-} pydir=${GPUBROKER_TEST_PYTHON_DIR:-}
+if [ -n "$pydir" ]; then
+  step "the installed Python package"
+  [ -f "$root/$pydir/gpubroker/__init__.py" ] || fail "no $prefix/$pydir/gpubroker"
+  grep -q "\"$prefix/$libdir/libgpubroker.so.0\"" "$root/$pydir/gpubroker/_location.py" ||
+    fail "the package does not name $prefix/$libdir/libgpubroker.so.0: $(cat "$root/$pydir/gpubroker/_location.py")"
+  # In the DESTDIR the library is not where it will be: say where it is.
+  [ -n "$python" ] && PYTHONPATH=$root/$pydir GPUBROKER_LIBRARY=$root/$libdir/libgpubroker.so.0 "$python" -c '
+import sys, numpy, gpubroker
+assert gpubroker.__file__.startswith(sys.argv[2]), gpubroker.__file__
+with gpubroker.connect(sys.argv[1]) as client:
+    buf = client.open("install.check")
+    a = numpy.asarray(buf).view(numpy.uint8).reshape(-1)
+    want = (numpy.arange(a.size, dtype=numpy.uint64) * 7 % 251).astype(numpy.uint8)
+    assert a.size == 1048576 and (a == want).all(), "bytes differ"
+    print("python: %d bytes of install.check as written" % a.size)
+    del a
+    buf.release()
+' "$sock" "$root/$pydir" || { [ -z "$python" ] || fail "python"; }
+  [ -n "$python" ] || echo "  (a sanitizer build: the package is installed, not imported)"
+fi
+
 step "a C program built with pkg-config"
 export PKG_CONFIG_PATH=$root/$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$dest
 [ "$(pkg-config --modversion gpubroker)" = "$(sed -n 's/^Version: //p' "$root/$libdir/pkgconfig/gpubroker.pc")" ]
 # shellcheck disable=SC2046,SC2086
-"$cc" -std=c99 -Wall -Wextra -Wpedantic -Werror $flags -o "$work/reader" \
-  "$src/tests/install/reader.c" $(pkg-config --cflags --libs gpubroker) \
-  -Wl,-rpath,"$root/$libdir" || fail "cc with pkg-config"
+"$cc" -std=c99 -Wall -Wextra -Wpedantic -Werror $flags -c -o "$work/reader.o" \
+  "$src/tests/install/reader.c" $(pkg-config --cflags gpubroker) || fail "cc with pkg-config"
+# A C program links with the C compiler; an ASan+UBSan library needs the C++
+# driver's sanitizer runtime.
+link=$cc
+[ -z "$flags" ] || link=$cxx
+# shellcheck disable=SC2046,SC2086
+"$link" $flags -o "$work/reader" "$work/reader.o" $(pkg-config --libs gpubroker) \
+  -Wl,-rpath,"$root/$libdir" || fail "link with pkg-config"
 "$work/reader" "$sock" install.check || fail "reader"
 "$root/$bindir/gpubroker" --socket-dir "$sock" --json ls >"$work/ls.json" || fail "ls"
 if grep -q '"install.check"' "$work/ls.json"; then fail "install.check is still there after free"; fi
