@@ -212,7 +212,9 @@ absl::Status Daemon::Start() {
     for (const auto& c : snap.cells) {
       s.cells.push_back({devices[c.device].uuid, c.tenant, c.buffers, c.bytes});
     }
-    for (const auto& t : snap.tenants) s.tenants.push_back({t.name, t.quota_bytes});
+    for (const auto& t : snap.tenants) {
+      s.tenants.push_back({t.name, t.quota_bytes, t.used_bytes, t.sessions});
+    }
     return s;
   });
   if (auto s = StartMetrics(); !s.ok()) return s;
@@ -257,7 +259,7 @@ void Daemon::ReapExpired() {
     const int64_t now = absl::ToUnixMillis(absl::Now());
     const ExpiryReport r = registry_->ExpireDue(now);
     if (r.buffers_expired > 0) {
-      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
+      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes, ReclaimCause::kTtl);
       spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
                    FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
     }

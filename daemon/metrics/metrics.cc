@@ -2,6 +2,7 @@
 
 #include "common/version.h"
 #include "daemon/core/registry.h"
+#include "daemon/metrics/process_metrics.h"
 #include "prometheus/metric_family.h"
 
 namespace gpubroker {
@@ -52,9 +53,17 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(used, {{"device", d.uuid}}, static_cast<double>(d.used_bytes));
       add(free, {{"device", d.uuid}}, static_cast<double>(d.free_bytes));
     }
-    auto& quota = gauge("gpubroker_tenant_quota_bytes", "Byte quota per tenant (0: unlimited).");
+    // An unlimited quota has no series: usage / quota then matches nothing,
+    // where a 0 would make every ratio +Inf and fire every quota alert.
+    auto& quota = gauge("gpubroker_tenant_quota_bytes",
+                        "Byte quota per tenant; a tenant without a quota has no series.");
+    auto& tenant_used =
+        gauge("gpubroker_tenant_used_bytes", "Bytes a tenant holds, as counted against its quota.");
+    auto& tenant_sessions = gauge("gpubroker_tenant_sessions", "Sessions open now, by tenant.");
     for (const auto& t : s.tenants) {
-      add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
+      if (t.quota_bytes != 0) add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
+      add(tenant_used, {{"tenant", t.name}}, static_cast<double>(t.used_bytes));
+      add(tenant_sessions, {{"tenant", t.name}}, t.sessions);
     }
     return out;
   }
@@ -66,6 +75,7 @@ class Metrics::StateCollector final : public prometheus::Collectable {
 Metrics::Metrics(Sampler sampler)
     : registry_(std::make_shared<prometheus::Registry>()),
       state_(std::make_shared<StateCollector>(std::move(sampler))),
+      process_(std::make_shared<ProcessCollector>()),
       allocations_(prometheus::BuildCounter()
                        .Name("gpubroker_allocations_total")
                        .Help("Allocate calls by result.")
@@ -74,15 +84,12 @@ Metrics::Metrics(Sampler sampler)
                  .Name("gpubroker_opens_total")
                  .Help("Open calls by result.")
                  .Register(*registry_)),
-      sessions_total_(prometheus::BuildCounter()
-                          .Name("gpubroker_sessions_total")
+      // Not "gpubroker_sessions_total": to OpenMetrics that counter is the
+      // family "gpubroker_sessions", the gauge's name.
+      sessions_ended_(prometheus::BuildCounter()
+                          .Name("gpubroker_sessions_ended_total")
                           .Help("Ended sessions by how they ended: closed (said goodbye) or died.")
                           .Register(*registry_)),
-      reclaimed_(prometheus::BuildCounter()
-                     .Name("gpubroker_reclaimed_bytes_total")
-                     .Help("Bytes given back because a session ended or a TTL passed.")
-                     .Register(*registry_)
-                     .Add({})),
       allocation_seconds_(
           prometheus::BuildHistogram()
               .Name("gpubroker_allocation_duration_seconds")
@@ -100,15 +107,24 @@ Metrics::Metrics(Sampler sampler)
   alloc_quota_ = &allocations_.Add({{"result", "quota"}});
   alloc_oom_ = &allocations_.Add({{"result", "out_of_memory"}});
   alloc_invalid_ = &allocations_.Add({{"result", "invalid"}});
-  sessions_closed_ = &sessions_total_.Add({{"end", "closed"}});
-  sessions_died_ = &sessions_total_.Add({{"end", "died"}});
+  sessions_closed_ = &sessions_ended_.Add({{"end", "closed"}});
+  sessions_died_ = &sessions_ended_.Add({{"end", "died"}});
+  auto& reclaimed = prometheus::BuildCounter()
+                        .Name("gpubroker_reclaimed_bytes_total")
+                        .Help(
+                            "Bytes given back without a Free, by cause: the owner's session "
+                            "died or closed with them, or their TTL passed.")
+                        .Register(*registry_);
+  reclaimed_died_ = &reclaimed.Add({{"cause", "died"}});
+  reclaimed_closed_ = &reclaimed.Add({{"cause", "closed"}});
+  reclaimed_ttl_ = &reclaimed.Add({{"cause", "ttl"}});
   for (const char* r : {"ok", "not_found", "not_sealed", "timeout", "invalid", "unavailable"}) {
     open_results_.emplace_back(r, &opens_.Add({{"result", r}}));
   }
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() const {
-  return {registry_, state_};
+  return {registry_, state_, process_};
 }
 
 std::string_view Metrics::AllocationResult(const absl::Status& status) {
@@ -160,7 +176,12 @@ void Metrics::Open(std::string_view result) {
   opens_.Add({{"result", std::string(result)}}).Increment();
 }
 
-void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }
+void Metrics::Reclaimed(uint64_t bytes, ReclaimCause cause) {
+  prometheus::Counter* counter = cause == ReclaimCause::kDied     ? reclaimed_died_
+                                 : cause == ReclaimCause::kClosed ? reclaimed_closed_
+                                                                  : reclaimed_ttl_;
+  counter->Increment(static_cast<double>(bytes));
+}
 
 void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_)->Increment(); }
 

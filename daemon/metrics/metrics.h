@@ -35,7 +35,9 @@ struct MetricsSample {
   };
   struct Tenant {
     std::string name;
-    uint64_t quota_bytes = 0;
+    uint64_t quota_bytes = 0;  // 0: unlimited (exported as no series)
+    uint64_t used_bytes = 0;   // what counts against the quota
+    uint32_t sessions = 0;
   };
   uint32_t sessions = 0;
   std::vector<Device> devices;
@@ -43,21 +45,29 @@ struct MetricsSample {
   std::vector<Tenant> tenants;
 };
 
+/// Why memory was given back without a Free: the owner's session died or
+/// closed with buffers it had not freed, or a TTL passed.
+enum class ReclaimCause { kDied, kClosed, kTtl };
+
 /// Every metric of the daemon, built once here. Names follow Prometheus
 /// conventions (base units, _total on counters); no pid or buffer id labels.
+/// No two families' names collide once a client library adds its suffixes
+/// (a counter "x_total" is family "x" to OpenMetrics), and a value that has no
+/// finite number (an unlimited quota or rlimit) has no series.
 class Metrics {
  public:
   using Sampler = std::function<MetricsSample()>;
 
   explicit Metrics(Sampler sampler);
 
-  /// What an exposer serves: the counters and histograms, and the gauges.
+  /// What an exposer serves: the counters and histograms, the gauges, and
+  /// the daemon's process_* metrics.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
   /// result: ok, quota, out_of_memory, invalid (any other refusal counts as invalid).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
-  void Reclaimed(uint64_t bytes);
+  void Reclaimed(uint64_t bytes, ReclaimCause cause);
   void SessionEnded(bool clean);
   void SessionStarted();
 
@@ -71,10 +81,13 @@ class Metrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StateCollector> state_;
+  std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Family<prometheus::Counter>& allocations_;
   prometheus::Family<prometheus::Counter>& opens_;
-  prometheus::Family<prometheus::Counter>& sessions_total_;
-  prometheus::Counter& reclaimed_;
+  prometheus::Family<prometheus::Counter>& sessions_ended_;
+  prometheus::Counter* reclaimed_died_;
+  prometheus::Counter* reclaimed_closed_;
+  prometheus::Counter* reclaimed_ttl_;
   prometheus::Histogram& allocation_seconds_;
   prometheus::Counter* alloc_ok_;
   prometheus::Counter* alloc_quota_;
