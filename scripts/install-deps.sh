@@ -8,8 +8,10 @@ packages=(
   build-essential cmake pkg-config
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev
   libspdlog-dev libfmt-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
-  libabsl-dev libgtest-dev libgmock-dev
+  libabsl-dev libgtest-dev libgmock-dev libcli11-dev
   clang libclang-rt-dev
+  # Tests: a Python gRPC client generated from proto/, Python's Prometheus client.
+  python3 python3-grpcio python3-protobuf python3-prometheus-client python3-yaml
 )
 
 # Debian 12 ships the clang runtime as libclang-rt-14-dev; newer releases have
@@ -33,13 +35,19 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
-
-echo "install-deps: installing ${missing[*]}"
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# promtool checks the Prometheus rules and /metrics in the tests. It comes in
+# Debian's prometheus package, whose installation also starts a Prometheus
+# server: take promtool alone out of the package instead.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "install-deps: promtool (from Debian's prometheus package) into /usr/local/bin"
+  $sudo "$(dirname "$0")/debian-binary.sh" prometheus promtool /usr/local/bin >/dev/null
+fi

@@ -77,6 +77,20 @@ TEST(Metrics, PrometheusClientLibraryAcceptsEveryName) {
   EXPECT_NE(old.output.find("gpubroker_sessions"), std::string::npos) << old.output;
 }
 
+TEST(Metrics, TheDashboardAndTheAlertsNameOnlyWhatTheDaemonExports) {
+  Daemon daemon({"--default-quota", "64MiB"});
+  ASSERT_TRUE(daemon.ok());
+  Load(daemon);
+  const std::string promtool = Program("promtool", "prometheus");
+  if (promtool.empty()) return;
+  const CommandResult r = RunCommand(
+      {"/usr/bin/python3", SourceDir() + "/tests/prometheus/check_dashboard.py", "--dashboard",
+       SourceDir() + "/deploy/grafana/gpubroker.json", "--rules",
+       SourceDir() + "/deploy/prometheus/gpubroker-rules.yml", "--promtool", promtool},
+      Scrape(daemon));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(Metrics, AnUnlimitedQuotaHasNoSeriesAndUsageCountsWhatTheQuotaCounts) {
   const std::string config =
       "tenants:\n"
