@@ -83,11 +83,11 @@ TEST(Metrics, TheDashboardAndTheAlertsNameOnlyWhatTheDaemonExports) {
   Load(daemon);
   const std::string promtool = Program("promtool", "prometheus");
   if (promtool.empty()) return;
-  const CommandResult r = RunCommand(
-      {"/usr/bin/python3", SourceDir() + "/tests/prometheus/check_dashboard.py", "--dashboard",
-       SourceDir() + "/deploy/grafana/gpubroker.json", "--rules",
-       SourceDir() + "/deploy/prometheus/gpubroker-rules.yml", "--promtool", promtool},
-      Scrape(daemon));
+  const CommandResult r =
+      RunCommand({"/usr/bin/python3", SourceDir() + "/tests/prometheus/check_dashboard.py",
+                  "--dashboard", SourceDir() + "/deploy/grafana/gpubroker.json", "--rules",
+                  SourceDir() + "/deploy/prometheus/gpubroker-rules.yml", "--promtool", promtool},
+                 Scrape(daemon));
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
