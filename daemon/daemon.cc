@@ -27,6 +27,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
 #include "daemon/session/session_server.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
@@ -105,6 +106,19 @@ void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer, const std::strin
   waker.join();
 }
 
+// Loading gRPC's reflection library registers its plugin with every server
+// that is built; this option takes it out again unless --grpc-reflection asks
+// for it.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
@@ -170,7 +184,12 @@ absl::Status Daemon::StartGrpc() {
   service_ = std::make_unique<BrokerService>(*calls_, facts);
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection lists the services and hands out their descriptors: what a
+  // generic tool (grpcurl) needs to call the broker without proto/. It shows
+  // the schema only; every Broker call still needs a token.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options_.grpc_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   builder.AddListeningPort(StrCat("unix:", grpc_path_), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
   grpc::ResourceQuota quota("gpubrokerd");

@@ -11,7 +11,8 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libcli11-dev
   clang libclang-rt-dev
   # Tests: a Python gRPC client generated from proto/, Python's Prometheus client.
-  python3 python3-grpcio python3-protobuf python3-prometheus-client python3-yaml
+  python3 python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
+  python3-yaml
 )
 
 # Debian 12 ships the clang runtime as libclang-rt-14-dev; newer releases have

@@ -1,6 +1,7 @@
 #include "daemon/service/broker_service.h"
 
 #include <chrono>
+#include <optional>
 
 #include "common/strings.h"
 #include "common/token.h"
@@ -80,8 +81,17 @@ grpc::Status BrokerService::List(grpc::ServerContext* ctx, const v1::ListRequest
 
 grpc::Status BrokerService::Status(grpc::ServerContext* ctx, const v1::StatusRequest* /*req*/,
                                    v1::StatusResponse* resp) {
-  auto session = Authenticate(*ctx);
-  if (!session.ok()) return ToGrpcStatus(calls_.Refuse("Status", nullptr, session.status()));
+  // Without a token: the node's totals only (what /metrics shows too), so that
+  // a probe or a client in any language can see the daemon before, or
+  // without, opening a session. A token that is present must be valid.
+  std::optional<SessionView> session;
+  if (ctx->client_metadata().count(kTokenMetadataKey) > 0) {
+    auto s = Authenticate(*ctx);
+    if (!s.ok()) return ToGrpcStatus(calls_.Refuse("Status", nullptr, s.status()));
+    session = std::move(*s);
+  } else if (registry_.shutting_down()) {
+    return ToGrpcStatus(absl::UnavailableError("gpubrokerd is shutting down"));
+  }
   Backend& backend = registry_.backend();
   const RegistrySnapshot snap = registry_.Snapshot();
   resp->set_version(kVersion);
@@ -107,6 +117,12 @@ grpc::Status BrokerService::Status(grpc::ServerContext* ctx, const v1::StatusReq
     }
     out->set_buffers(buffers);
   }
+  resp->set_sessions(snap.sessions);
+  resp->set_buffers(snap.buffers);
+  resp->set_metrics_address(facts_.metrics_address);
+  resp->set_socket_dir(facts_.socket_dir);
+  resp->set_started_unix_ms(facts_.started_unix_ms);
+  if (!session) return grpc::Status::OK;
   for (const auto& t : snap.tenants) {
     auto* out = resp->add_tenants();
     out->set_name(t.name);
@@ -115,11 +131,6 @@ grpc::Status BrokerService::Status(grpc::ServerContext* ctx, const v1::StatusReq
     out->set_buffers(t.buffers);
     out->set_sessions(t.sessions);
   }
-  resp->set_sessions(snap.sessions);
-  resp->set_buffers(snap.buffers);
-  resp->set_metrics_address(facts_.metrics_address);
-  resp->set_socket_dir(facts_.socket_dir);
-  resp->set_started_unix_ms(facts_.started_unix_ms);
   auto* self = resp->mutable_self();
   self->set_session_id(session->id);
   self->set_tenant(session->tenant);

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "gpubroker/client.hpp"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
