@@ -19,11 +19,18 @@ echo "== typed backend suites on cuda-arena, cuda-pool and cuda-vmm"
 gpubroker_unit_tests --gtest_filter='*cuda*' >"$out/unit-cuda.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/unit-cuda.log" | sort | uniq -c | sed 's/^/  /'
 grep -E "^\[  FAILED  \]" "$out/unit-cuda.log" | head -20
+# On the GPU machine every CUDA instance must run: a suite that skipped them all proves nothing.
+if grep -q "^\[  SKIPPED \]" "$out/unit-cuda.log" && ! grep -q "^\[  PASSED  \] [1-9]" "$out/unit-cuda.log"; then
+  echo "  no CUDA test ran (all skipped): see $out/unit-cuda.log"; status=1
+fi
 
 echo "== GPU integration tests"
 gpubroker_gpu_tests >"$out/gpu-tests.log" 2>&1 || status=1
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|\[   info   \]" "$out/gpu-tests.log"
 grep -E "Failure|Expected|Which is|got:" "$out/gpu-tests.log" | head -40
+if ! grep -q "^\[  PASSED  \] [1-9]" "$out/gpu-tests.log"; then
+  echo "  no GPU integration test ran: see $out/gpu-tests.log"; status=1
+fi
 
 # The benchmark, on each small-buffer path (the default, arena, first).
 for path in arena pool; do

@@ -1,7 +1,7 @@
 #include "daemon/metrics/metrics.h"
 
+#include "common/refusal.h"
 #include "common/version.h"
-#include "daemon/core/registry.h"
 #include "daemon/metrics/process_metrics.h"
 #include "prometheus/metric_family.h"
 
@@ -13,10 +13,10 @@ using prometheus::MetricType;
 
 class Metrics::StateCollector final : public prometheus::Collectable {
  public:
-  explicit StateCollector(Sampler sampler) : sampler_(std::move(sampler)) {}
+  explicit StateCollector(const NodeStatusCollector& status) : status_(status) {}
 
   std::vector<MetricFamily> Collect() const override {
-    const MetricsSample s = sampler_();
+    const NodeStatus s = status_.Collect();
     std::vector<MetricFamily> out;
     auto gauge = [&](const char* name, const char* help) -> MetricFamily& {
       out.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
@@ -48,10 +48,11 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     auto& free = gauge("gpubroker_device_free_bytes",
                        "Free memory of the device as the driver or kernel reports it.");
     for (const auto& d : s.devices) {
-      add(capacity, {{"device", d.uuid}}, static_cast<double>(d.capacity_bytes));
-      add(reserved, {{"device", d.uuid}}, static_cast<double>(d.reserved_bytes));
-      add(used, {{"device", d.uuid}}, static_cast<double>(d.used_bytes));
-      add(free, {{"device", d.uuid}}, static_cast<double>(d.free_bytes));
+      const std::string& uuid = d.info.uuid;
+      add(capacity, {{"device", uuid}}, static_cast<double>(d.usage.capacity_bytes));
+      add(reserved, {{"device", uuid}}, static_cast<double>(d.usage.reserved_bytes));
+      add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
+      add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
     // An unlimited quota has no series: usage / quota then matches nothing,
     // where a 0 would make every ratio +Inf and fire every quota alert.
@@ -69,12 +70,12 @@ class Metrics::StateCollector final : public prometheus::Collectable {
   }
 
  private:
-  Sampler sampler_;
+  const NodeStatusCollector& status_;
 };
 
-Metrics::Metrics(Sampler sampler)
+Metrics::Metrics(const NodeStatusCollector& status)
     : registry_(std::make_shared<prometheus::Registry>()),
-      state_(std::make_shared<StateCollector>(std::move(sampler))),
+      state_(std::make_shared<StateCollector>(status)),
       process_(std::make_shared<ProcessCollector>()),
       allocations_(prometheus::BuildCounter()
                        .Name("gpubroker_allocations_total")
@@ -90,6 +91,11 @@ Metrics::Metrics(Sampler sampler)
                           .Name("gpubroker_sessions_ended_total")
                           .Help("Ended sessions by how they ended: closed (said goodbye) or died.")
                           .Register(*registry_)),
+      reclaimed_(prometheus::BuildCounter()
+                     .Name("gpubroker_reclaimed_bytes_total")
+                     .Help("Bytes given back without a Free, by cause: the owner's session died "
+                           "or closed with them, or their TTL passed.")
+                     .Register(*registry_)),
       allocation_seconds_(
           prometheus::BuildHistogram()
               .Name("gpubroker_allocation_duration_seconds")
@@ -98,27 +104,22 @@ Metrics::Metrics(Sampler sampler)
               .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
                                                                5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                2.5e-3, 5e-3, 1e-2, 0.1, 1})),
+      sessions_closed_(sessions_ended_.Add({{"end", "closed"}})),
+      sessions_died_(sessions_ended_.Add({{"end", "died"}})),
       sessions_started_(prometheus::BuildCounter()
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
-                            .Add({})) {
-  alloc_ok_ = &allocations_.Add({{"result", "ok"}});
-  alloc_quota_ = &allocations_.Add({{"result", "quota"}});
-  alloc_oom_ = &allocations_.Add({{"result", "out_of_memory"}});
-  alloc_invalid_ = &allocations_.Add({{"result", "invalid"}});
-  sessions_closed_ = &sessions_ended_.Add({{"end", "closed"}});
-  sessions_died_ = &sessions_ended_.Add({{"end", "died"}});
-  auto& reclaimed = prometheus::BuildCounter()
-                        .Name("gpubroker_reclaimed_bytes_total")
-                        .Help(
-                            "Bytes given back without a Free, by cause: the owner's session "
-                            "died or closed with them, or their TTL passed.")
-                        .Register(*registry_);
-  reclaimed_died_ = &reclaimed.Add({{"cause", "died"}});
-  reclaimed_closed_ = &reclaimed.Add({{"cause", "closed"}});
-  reclaimed_ttl_ = &reclaimed.Add({{"cause", "ttl"}});
-  for (const char* r : {"ok", "not_found", "not_sealed", "timeout", "invalid", "unavailable"}) {
+                            .Add({})),
+      reclaimed_died_(reclaimed_.Add({{"cause", "died"}})),
+      reclaimed_closed_(reclaimed_.Add({{"cause", "closed"}})),
+      reclaimed_ttl_(reclaimed_.Add({{"cause", "ttl"}})) {
+  // Every label exists from the start, so that rates and alerts see zeros.
+  for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
+    allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
+  }
+  for (const char* r :
+       {"ok", "not_found", "not_sealed", "timeout", "cancelled", "invalid", "unavailable"}) {
     open_results_.emplace_back(r, &opens_.Add({{"result", r}}));
   }
 }
@@ -129,9 +130,10 @@ std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() co
 
 std::string_view Metrics::AllocationResult(const absl::Status& status) {
   if (status.ok()) return "ok";
-  const std::string reason = RefusalReason(status);
-  if (reason == "quota") return "quota";
-  if (reason == "out_of_memory") return "out_of_memory";
+  if (const Refusal refusal = RefusalOf(status); refusal != Refusal::kNone) {
+    return RefusalName(refusal);
+  }
+  if (status.code() == absl::StatusCode::kUnavailable) return "unavailable";
   return "invalid";
 }
 
@@ -144,8 +146,9 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition:
       return "not_sealed";
     case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
       return "timeout";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
     case absl::StatusCode::kUnavailable:
       return "unavailable";
     default:
@@ -153,37 +156,33 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
   }
 }
 
-void Metrics::Allocation(std::string_view result, double seconds) {
-  if (result == "ok") {
-    alloc_ok_->Increment();
-    allocation_seconds_.Observe(seconds);
-  } else if (result == "quota") {
-    alloc_quota_->Increment();
-  } else if (result == "out_of_memory") {
-    alloc_oom_->Increment();
-  } else {
-    alloc_invalid_->Increment();
+namespace {
+
+prometheus::Counter& Find(std::vector<std::pair<std::string, prometheus::Counter*>>& counters,
+                          std::string_view label, prometheus::Family<prometheus::Counter>& family) {
+  for (auto& [name, counter] : counters) {
+    if (name == label) return *counter;
   }
+  return family.Add({{"result", std::string(label)}});
 }
 
-void Metrics::Open(std::string_view result) {
-  for (auto& [label, counter] : open_results_) {
-    if (label == result) {
-      counter->Increment();
-      return;
-    }
-  }
-  opens_.Add({{"result", std::string(result)}}).Increment();
+}  // namespace
+
+void Metrics::Allocation(std::string_view result, double seconds) {
+  Find(allocation_results_, result, allocations_).Increment();
+  if (result == "ok") allocation_seconds_.Observe(seconds);
 }
+
+void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 
 void Metrics::Reclaimed(uint64_t bytes, ReclaimCause cause) {
-  prometheus::Counter* counter = cause == ReclaimCause::kDied     ? reclaimed_died_
+  prometheus::Counter& counter = cause == ReclaimCause::kDied     ? reclaimed_died_
                                  : cause == ReclaimCause::kClosed ? reclaimed_closed_
                                                                   : reclaimed_ttl_;
-  counter->Increment(static_cast<double>(bytes));
+  counter.Increment(static_cast<double>(bytes));
 }
 
-void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_)->Increment(); }
+void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
 
 void Metrics::SessionStarted() { sessions_started_.Increment(); }
 

@@ -10,30 +10,13 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
+#include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
 namespace {
 
 constexpr auto kSweepInterval = std::chrono::milliseconds(100);
-
-v1::FdKind ToWire(FdKind kind) {
-  switch (kind) {
-    case FdKind::kHostArena:
-      return v1::FD_KIND_HOST_ARENA;
-    case FdKind::kHostBuffer:
-      return v1::FD_KIND_HOST_BUFFER;
-    case FdKind::kCudaPool:
-      return v1::FD_KIND_CUDA_POOL;
-    case FdKind::kCudaVmm:
-      return v1::FD_KIND_CUDA_VMM;
-    case FdKind::kCudaFences:
-      return v1::FD_KIND_CUDA_FENCES;
-    case FdKind::kCudaSlab:
-      return v1::FD_KIND_CUDA_SLAB;
-  }
-  return v1::FD_KIND_UNSPECIFIED;
-}
 
 std::string Describe(const PeerCredentials& p) {
   return StrCat("pid ", p.pid, " uid ", p.uid, " gid ", p.gid);
@@ -225,61 +208,42 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   }
   v1::SessionFrame reply;
   if (hello.protocol_version() != kProtocolVersion) {
-    auto* e = reply.mutable_error();
-    e->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
-    e->set_message(StrCat("protocol version ", hello.protocol_version(),
-                          " is not supported; this daemon speaks ", kProtocolVersion));
+    ToErrorFrame(absl::FailedPreconditionError(StrCat("protocol version ", hello.protocol_version(),
+                                                      " is not supported; this daemon speaks ",
+                                                      kProtocolVersion)),
+                 0, reply.mutable_error());
     SendFrame(c, reply);
     return Outcome::kDrop;
   }
   auto session = registry_.OpenSession(c.peer, hello.client_name().substr(0, 64));
   if (!session.ok()) {
-    auto* e = reply.mutable_error();
-    e->set_code(static_cast<int>(session.status().code()));
-    e->set_message(std::string(session.status().message()));
+    ToErrorFrame(session.status(), 0, reply.mutable_error());
     SendFrame(c, reply);
     return Outcome::kDrop;
   }
   c.session = session->id;
   c.view = *session;
-  if (metrics_ != nullptr) metrics_->SessionStarted();
+  metrics_.SessionStarted();
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
-  auto* w = reply.mutable_welcome();
-  w->set_session_id(session->id);
-  w->set_token(std::string(session->token.begin(), session->token.end()));
-  w->set_tenant(session->tenant);
-  w->set_daemon_version(kVersion);
-  w->set_backend(std::string(registry_.backend().name()));
-  w->set_protocol_version(kProtocolVersion);
-  const uint64_t quick = registry_.backend().QuickAllocationLimit();
-  w->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
+  ToWelcome(*session, registry_.backend(), reply.mutable_welcome());
   return SendFrame(c, reply);
 }
 
 SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdRequest& request) {
-  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no pool or buffer");
-  if (request.target_case() == v1::FdRequest::kPoolId) {
-    grant = registry_.ExportPoolFd(c.session, request.pool_id());
+  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no region or buffer");
+  if (request.target_case() == v1::FdRequest::kRegionId) {
+    grant = registry_.ExportRegionFd(c.session, request.region_id());
   } else if (request.target_case() == v1::FdRequest::kBufferId) {
     grant = registry_.ExportBufferFd(c.session, request.buffer_id());
   }
   v1::SessionFrame reply;
   if (!grant.ok()) {
     Warn(StrCat("session ", c.session, ": fd request refused: ", grant.status().message()));
-    auto* e = reply.mutable_error();
-    e->set_request_id(request.request_id());
-    e->set_code(static_cast<int>(grant.status().code()));
-    e->set_message(std::string(grant.status().message()));
+    ToErrorFrame(grant.status(), request.request_id(), reply.mutable_error());
     return SendFrame(c, reply);
   }
-  auto* g = reply.mutable_fd_grant();
-  g->set_request_id(request.request_id());
-  g->set_kind(ToWire(grant->kind));
-  if (request.target_case() == v1::FdRequest::kPoolId) g->set_pool_id(request.pool_id());
-  if (request.target_case() == v1::FdRequest::kBufferId) g->set_buffer_id(request.buffer_id());
-  g->set_size(grant->size);
-  g->set_device_uuid(grant->device_uuid);
+  ToProto(*grant, request, reply.mutable_fd_grant());
   return SendFrame(c, reply, grant->fd.get());  // our copy closes when `grant` goes
 }
 
@@ -318,10 +282,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   }
   if (!status.ok()) {
     reply.Clear();
-    auto* e = reply.mutable_error();
-    e->set_request_id(call.request_id());
-    e->set_code(static_cast<int>(status.code()));
-    e->set_message(std::string(status.message()));
+    ToErrorFrame(status, call.request_id(), reply.mutable_error());
   }
   return SendFrame(c, reply);
 }
@@ -339,11 +300,9 @@ void SessionServer::EndSession(Connection& c, bool clean) {
   if (c.session == 0) return;
   const SessionEndReport r = registry_.EndSession(c.session);
   c.session = 0;
-  if (metrics_ != nullptr) {
-    metrics_->SessionEnded(clean);
-    if (r.reclaimed_bytes > 0) {
-      metrics_->Reclaimed(r.reclaimed_bytes, clean ? ReclaimCause::kClosed : ReclaimCause::kDied);
-    }
+  metrics_.SessionEnded(clean);
+  if (r.reclaimed_bytes > 0) {
+    metrics_.Reclaimed(r.reclaimed_bytes, clean ? ReclaimCause::kClosed : ReclaimCause::kDied);
   }
   spdlog::info("session {} {}: {} tenant '{}', {} leases dropped", r.session.id,
                clean ? "closed" : "died", Describe(r.session.peer), r.session.tenant,

@@ -7,9 +7,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "common/frame.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/calls.h"
@@ -69,7 +69,7 @@ class SessionServer {
 
   BrokerCalls& calls_;
   Registry& registry_;
-  Metrics* metrics_;
+  Metrics& metrics_;
   Options options_;
   UniqueFd listener_;
   UniqueFd epoll_;

@@ -43,11 +43,27 @@ def default_socket_dir():
 class SessionError(Exception):
     """The daemon answered a session.sock request with an ErrorFrame."""
 
-    def __init__(self, code, message):
+    def __init__(self, error_frame):
         names = {c.value[0]: c.name for c in grpc.StatusCode}
-        super().__init__(f"{names.get(code, code)}: {message}")
-        self.code = code  # a gRPC status code number
-        self.message = message
+        super().__init__(f"{names.get(error_frame.code, error_frame.code)}: {error_frame.message}")
+        self.code = error_frame.code  # a gRPC status code number
+        self.message = error_frame.message
+        self.reason = error_frame.reason  # a broker_pb2.RefusalReason
+
+
+def refusal_reason(rpc_error):
+    """Why a gRPC call was refused with RESOURCE_EXHAUSTED: REFUSAL_REASON_QUOTA,
+    _OUT_OF_MEMORY or _LIMIT, read from the grpc-status-details-bin trailer
+    (an RpcStatus, wire-compatible with google.rpc.Status, whose details hold a
+    gpubroker.v1.ErrorInfo); REFUSAL_REASON_UNSPECIFIED when there is none."""
+    for key, value in rpc_error.trailing_metadata() or ():
+        if key != "grpc-status-details-bin":
+            continue
+        for detail in broker_pb2.RpcStatus.FromString(value).details:
+            info = broker_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                return info.reason
+    return broker_pb2.REFUSAL_REASON_UNSPECIFIED
 
 
 class Session:
@@ -67,7 +83,7 @@ class Session:
         self._send(hello)
         reply = self._receive()
         if reply.HasField("error"):
-            raise SessionError(reply.error.code, reply.error.message)
+            raise SessionError(reply.error)
         if not reply.HasField("welcome"):
             raise RuntimeError(f"the daemon answered Hello with {reply.WhichOneof('body')}")
         self.welcome = reply.welcome
@@ -85,20 +101,38 @@ class Session:
         """self.call("Allocate", broker_pb2.AllocateRequest(size=4096))."""
         return getattr(self.broker, method)(request, metadata=self.metadata, timeout=timeout)
 
-    def request_fd(self, pool_id=0, buffer_id=0):
-        """The descriptor of a pool of this tenant or of a leased buffer: (FdGrant, fd).
-        The caller owns the fd (close it once it is mapped)."""
+    def call_on_socket(self, method, request):
+        """A data-path call on session.sock instead of gRPC (the same messages,
+        answered by the same code, without gRPC's per-call cost): method is
+        "allocate" (below Welcome.quick_allocation_limit, no share_with), "open"
+        (without wait), "seal" or "release". Raises SessionError on refusal."""
+        frame = session_pb2.SessionFrame()
+        frame.call.request_id = self._next_request
+        self._next_request += 1
+        getattr(frame.call, method).CopyFrom(request)
+        self._send(frame)
+        reply = self._receive()
+        if reply.HasField("error"):
+            raise SessionError(reply.error)
+        if not reply.HasField("reply"):
+            raise RuntimeError(f"the daemon answered a Call with {reply.WhichOneof('body')}")
+        return getattr(reply.reply, method)
+
+    def request_fd(self, region_id=0, buffer_id=0):
+        """The descriptor of a region of this tenant (a host arena, a GPU slab,
+        pool or fence page) or of a leased buffer: (FdGrant, fd). The caller
+        owns the fd (close it once it is mapped)."""
         frame = session_pb2.SessionFrame()
         frame.fd_request.request_id = self._next_request
         self._next_request += 1
-        if pool_id:
-            frame.fd_request.pool_id = pool_id
+        if region_id:
+            frame.fd_request.region_id = region_id
         else:
             frame.fd_request.buffer_id = buffer_id
         self._send(frame)
         reply = self._receive()
         if reply.HasField("error"):
-            raise SessionError(reply.error.code, reply.error.message)
+            raise SessionError(reply.error)
         if not reply.HasField("fd_grant"):
             raise RuntimeError(f"the daemon answered FdRequest with {reply.WhichOneof('body')}")
         return reply.fd_grant, self._fds.pop(0)
@@ -108,7 +142,7 @@ class Session:
         buffer fd). The mapping stays valid after the fd is closed."""
         kind = import_descriptor.kind
         if kind == broker_pb2.IMPORT_KIND_HOST_ARENA:
-            grant, fd = self.request_fd(pool_id=import_descriptor.pool_id)
+            grant, fd = self.request_fd(region_id=import_descriptor.region_id)
             offset = import_descriptor.offset
         elif kind == broker_pb2.IMPORT_KIND_HOST_FD:
             grant, fd = self.request_fd(buffer_id=buffer_id)

@@ -11,8 +11,8 @@
 #include <map>
 
 #include "common/cuda/cuda_util.h"
-#include "common/frame.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"
@@ -66,6 +66,35 @@ class GpuPath : public ::testing::TestWithParam<std::string> {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The CUDA paths say why they refuse, over both sockets: a full device is
+// out of memory (small buffers on session.sock, a share through gRPC and
+// VMM), a tenant's quota is a quota.
+TEST_P(GpuPath, RefusalsSayWhyOverBothSockets) {
+  SKIP_WITHOUT_GPU();
+  {
+    Daemon daemon(Args({"--pool-bytes", "256MiB"}));
+    ASSERT_TRUE(daemon.ok()) << daemon.log();
+    Helper h(daemon.socket_dir());
+    h.Ok("alloc x " + std::to_string(200 * kMiB));
+    const std::string small = h.Send("alloc y " + std::to_string(100 * kMiB));
+    EXPECT_EQ(small.rfind("err RESOURCE_EXHAUSTED/out_of_memory", 0), 0u) << small;
+    const std::string shared = h.Send("alloc z " + std::to_string(100 * kMiB) + " share=other");
+    EXPECT_EQ(shared.rfind("err RESOURCE_EXHAUSTED/out_of_memory", 0), 0u) << shared;
+    EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"out_of_memory\"}"), 2);
+    h.Ok("release x");
+    h.Ok("alloc y " + std::to_string(100 * kMiB));
+  }
+  Daemon daemon(Args({"--default-quota", "64MiB"}));
+  ASSERT_TRUE(daemon.ok()) << daemon.log();
+  Helper h(daemon.socket_dir());
+  h.Ok("alloc x " + std::to_string(48 * kMiB));
+  const std::string small = h.Send("alloc y " + std::to_string(32 * kMiB));
+  EXPECT_EQ(small.rfind("err RESOURCE_EXHAUSTED/quota", 0), 0u) << small;
+  const std::string shared = h.Send("alloc z " + std::to_string(32 * kMiB) + " share=other");
+  EXPECT_EQ(shared.rfind("err RESOURCE_EXHAUSTED/quota", 0), 0u) << shared;
+  EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"quota\"}"), 2);
 }
 
 TEST(Gpu, DaemonServesTheGpusByUuid) {
@@ -253,7 +282,7 @@ tenants:
   for (uint64_t pool = 1; pool <= 8; ++pool) {
     v1::SessionFrame req;
     req.mutable_fd_request()->set_request_id(pool);
-    req.mutable_fd_request()->set_pool_id(pool);
+    req.mutable_fd_request()->set_region_id(pool);
     ASSERT_TRUE(SendAll(fd->get(), EncodeFrame(req)).ok());
     auto reply = read_frame();
     ASSERT_TRUE(reply.has_value());

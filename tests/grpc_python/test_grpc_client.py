@@ -255,11 +255,13 @@ class GrpcClientTest(unittest.TestCase):
 
     def test_refusals_carry_grpc_codes(self):
         with gpubroker_grpc.Session(self.daemon.dir) as session:
-            for size, code in ((0, grpc.StatusCode.INVALID_ARGUMENT),
-                               (128 * MiB, grpc.StatusCode.RESOURCE_EXHAUSTED)):
+            for size, code, reason in (
+                    (0, grpc.StatusCode.INVALID_ARGUMENT, broker_pb2.REFUSAL_REASON_UNSPECIFIED),
+                    (128 * MiB, grpc.StatusCode.RESOURCE_EXHAUSTED, broker_pb2.REFUSAL_REASON_QUOTA)):
                 with self.assertRaises(grpc.RpcError) as e:
                     session.call("Allocate", broker_pb2.AllocateRequest(size=size))
                 self.assertEqual(e.exception.code(), code, size)
+                self.assertEqual(gpubroker_grpc.refusal_reason(e.exception), reason, size)
             with self.assertRaises(grpc.RpcError) as e:
                 session.call("Open", broker_pb2.OpenRequest(
                     ref=broker_pb2.BufferRef(name="no.such.buffer")))
@@ -271,6 +273,27 @@ class GrpcClientTest(unittest.TestCase):
             listed = session.call("List", broker_pb2.ListRequest()).buffers
             self.assertEqual([b.owner_session for b in listed
                               if b.owner_session == session.welcome.session_id], [])
+
+    def test_the_data_path_on_session_sock_says_why_it_refuses(self):
+        small = Daemon("--host-pool-bytes", "8MiB")
+        try:
+            with gpubroker_grpc.Session(small.dir) as session:
+                held = session.call_on_socket("allocate", broker_pb2.AllocateRequest(size=5 * MiB))
+                self.assertEqual(held.buffer.size, 5 * MiB)
+                with self.assertRaises(gpubroker_grpc.SessionError) as e:
+                    session.call_on_socket("allocate", broker_pb2.AllocateRequest(size=4 * MiB))
+                self.assertEqual(e.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+                self.assertEqual(e.exception.reason, broker_pb2.REFUSAL_REASON_OUT_OF_MEMORY)
+                # The same refusal through gRPC carries the same reason.
+                with self.assertRaises(grpc.RpcError) as g:
+                    session.call("Allocate", broker_pb2.AllocateRequest(size=4 * MiB))
+                self.assertEqual(gpubroker_grpc.refusal_reason(g.exception),
+                                 broker_pb2.REFUSAL_REASON_OUT_OF_MEMORY)
+                session.call_on_socket("release",
+                                       broker_pb2.ReleaseRequest(id=held.buffer.id, free=True))
+                session.call_on_socket("allocate", broker_pb2.AllocateRequest(size=4 * MiB))
+        finally:
+            self.assertEqual(small.stop(), 0)
 
     def test_a_session_that_dies_gives_its_memory_back(self):
         before = self.node_used_bytes()
@@ -291,8 +314,18 @@ class GrpcClientTest(unittest.TestCase):
             self.assertLessEqual({"gpubroker.v1.Broker", "grpc.health.v1.Health"}, names)
             (files,) = reflect(ch, {"file_containing_symbol": "gpubroker.v1.Broker"})
             pool = descriptor_pool.DescriptorPool()
-            for raw in files.file_descriptor_response.file_descriptor_proto:
-                pool.Add(descriptor_pb2.FileDescriptorProto.FromString(raw))
+            pending = [descriptor_pb2.FileDescriptorProto.FromString(raw)
+                       for raw in files.file_descriptor_response.file_descriptor_proto]
+            self.assertIn("google/protobuf/any.proto", [f.name for f in pending],
+                          "the server sends the file's dependencies too")
+            loaded = set()
+            while pending:  # a file after the files it imports
+                ready = [f for f in pending if set(f.dependency) <= loaded]
+                self.assertTrue(ready, [f.name for f in pending])
+                for f in ready:
+                    pool.Add(f)
+                    loaded.add(f.name)
+                    pending.remove(f)
             service = pool.FindServiceByName("gpubroker.v1.Broker")
             self.assertLessEqual({"Allocate", "Open", "Seal", "Release", "Free", "List", "Status"},
                                  {m.name for m in service.methods})

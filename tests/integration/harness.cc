@@ -19,6 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/strings.h"
+#include "common/token.h"
+#include "common/unix_socket.h"
 #include "gtest/gtest.h"
 
 namespace gpubroker::testing {
@@ -373,6 +376,60 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   }
   auto body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// RawSession -------------------------------------------------------------------
+
+RawSession::RawSession(const std::string& socket_dir) {
+  auto fd = ConnectUnix(socket_dir + "/session.sock");
+  if (!fd.ok()) {
+    ADD_FAILURE() << fd.status();
+    return;
+  }
+  fd_ = std::move(*fd);
+  v1::SessionFrame hello;
+  hello.mutable_hello()->set_protocol_version(1);
+  hello.mutable_hello()->set_client_name("raw");
+  if (!SendAll(fd_.get(), EncodeFrame(hello)).ok()) return;
+  if (auto frame = Read(); frame && frame->has_welcome()) welcome_ = frame->welcome();
+}
+
+std::string RawSession::token_hex() const {
+  Token token{};
+  std::memcpy(token.data(), welcome_.token().data(),
+              std::min(token.size(), welcome_.token().size()));
+  return TokenToHex(token);
+}
+
+std::optional<v1::SessionFrame> RawSession::Exchange(v1::Call call) {
+  const uint64_t id = next_id_++;
+  call.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_call() = std::move(call);
+  if (!SendAll(fd_.get(), EncodeFrame(frame)).ok()) return std::nullopt;
+  for (;;) {
+    auto answer = Read();
+    if (!answer) return std::nullopt;
+    if ((answer->has_reply() && answer->reply().request_id() == id) ||
+        (answer->has_error() && answer->error().request_id() == id)) {
+      return answer;
+    }
+  }
+}
+
+std::optional<v1::SessionFrame> RawSession::Read() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto frame = decoder_.Next();
+    if (!frame.ok()) return std::nullopt;
+    if (frame->has_value()) return std::move(**frame);
+    if (!WaitReadable(fd_.get(), std::chrono::milliseconds(100)).ok()) continue;
+    auto got = RecvSome(fd_.get(), buf, sizeof(buf), nullptr);
+    if (!got.ok() || got->eof) return std::nullopt;
+    decoder_.Append(std::string_view(buf, got->bytes));
+  }
+  return std::nullopt;
 }
 
 }  // namespace gpubroker::testing

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
+#include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker::testing {
 
@@ -121,6 +123,29 @@ class Helper {
   Process process_;
   bool ok_ = false;
   bool gone_ = false;
+};
+
+/// A session opened by hand on session.sock, with no client library: for
+/// tests of what travels on the wire.
+class RawSession {
+ public:
+  /// Connects and says Hello; ok() when Welcome came.
+  explicit RawSession(const std::string& socket_dir);
+  bool ok() const { return welcome_.token().size() == 16; }
+  const v1::Welcome& welcome() const { return welcome_; }
+  /// The token as the gRPC socket wants it in metadata.
+  std::string token_hex() const;
+  /// Sends `call` with a fresh request id and returns the frame that answers
+  /// it (a Reply or an ErrorFrame); nullopt when none came within 5 s.
+  std::optional<v1::SessionFrame> Exchange(v1::Call call);
+
+ private:
+  std::optional<v1::SessionFrame> Read();
+
+  UniqueFd fd_;
+  FrameDecoder decoder_;
+  v1::Welcome welcome_;
+  uint64_t next_id_ = 1;
 };
 
 /// Polls `pred` until it holds or the timeout passes.
