@@ -63,7 +63,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (auto line = p.ReadLine(std::chrono::duration_cast<std::chrono::milliseconds>(
              deadline - std::chrono::steady_clock::now()))) {
-    r.output += *line + "\n";
+    r.out += *line + "\n";
   }
   r.exit_code = p.Wait(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
       deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{})));
@@ -71,7 +71,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
   std::ifstream err(err_path);
   std::stringstream text;
   text << err.rdbuf();
-  r.output += text.str();
+  r.err = text.str();
+  r.output = r.out + r.err;
   return r;
 }
 

@@ -165,6 +165,8 @@ std::string FindProgram(const std::string& name);
 
 struct CommandResult {
   int exit_code = -1;  ///< -1: it did not end in time (it is killed)
+  std::string out;     ///< stdout
+  std::string err;     ///< stderr
   std::string output;  ///< stdout, then stderr
 };
 
