@@ -14,7 +14,7 @@ FUZZ_SECONDS   ?= 60
 SOURCES = $(shell git ls-files '*.cc' '*.c' '*.h' '*.hpp' 2>/dev/null)
 
 .PHONY: all deps configure build run test test-sanitize fuzz demo bench format format-check \
-        docs deb clean
+        docs deb dashboard-snapshot clean
 
 all: build
 
@@ -83,6 +83,12 @@ format-check:
 # docs/configuration.md's option table comes from the daemon's option table.
 docs: build
 	./scripts/update-config-docs.sh $(BUILD)/bin/gpubrokerd docs/configuration.md
+
+# deploy/grafana/gpubroker.json's panels drawn from a live run under load,
+# scraped by a real Prometheus (docs/images/dashboard.png; needs root and
+# python3-matplotlib; about three minutes).
+dashboard-snapshot: build
+	/usr/bin/python3 scripts/dashboard-snapshot.py --bin-dir $(BUILD)/bin --out docs/images/dashboard.png
 
 clean:
 	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(DEB_BUILD)

@@ -33,6 +33,7 @@
 #include "daemon/service/tcp_health.h"
 #include "daemon/session/session_server.h"
 #include "daemon/systemd.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
@@ -110,6 +111,19 @@ void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer, const std::strin
   waker.join();
 }
 
+// Loading gRPC's reflection library registers its plugin with every server
+// that is built; this option takes it out again unless --grpc-reflection asks
+// for it.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
@@ -175,7 +189,12 @@ absl::Status Daemon::StartGrpc() {
   service_ = std::make_unique<BrokerService>(*calls_, *status_, facts);
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection lists the services and hands out their descriptors: what a
+  // generic tool (grpcurl) needs to call the broker without proto/. It shows
+  // the schema only; every Broker call still needs a token.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options_.grpc_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   builder.AddListeningPort(StrCat("unix:", grpc_path_), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
   grpc::ResourceQuota quota("gpubrokerd");
@@ -399,7 +418,7 @@ void Daemon::ReapExpired() {
     const int64_t now = absl::ToUnixMillis(absl::Now());
     const ExpiryReport r = registry_->ExpireDue(now);
     if (r.buffers_expired > 0) {
-      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
+      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes, ReclaimCause::kTtl);
       spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
                    FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
     }

@@ -49,6 +49,7 @@ void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullp
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   impl_->CheckProcess();
+  if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
   v1::Call call;
@@ -71,6 +72,9 @@ void Buffer::seal(void* stream) {
 void Buffer::wait_ready(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
   impl_->CheckProcess();
+  if (!mapping_) {
+    ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on a buffer opened without map");
+  }
   mapping_->WaitReady(stream);
 }
 
@@ -159,6 +163,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
     if (!s.ok()) impl_->Throw(s);
   }
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
+  if (!options.map) return buffer;
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;

@@ -29,6 +29,18 @@ absl::Status CheckHostPort(std::string_view v) {
   return absl::OkStatus();
 }
 
+absl::Status SetSwitch(bool& field, std::string_view value) {
+  const std::string v = ToLower(Trim(value));
+  if (v == "true" || v == "1" || v == "yes" || v == "on") {
+    field = true;
+  } else if (v == "false" || v == "0" || v == "no" || v == "off") {
+    field = false;
+  } else {
+    return absl::InvalidArgumentError(StrCat("'", value, "' is not true or false"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> ParseQuota(std::string_view value) {
   const std::string v = ToLower(Trim(value));
   if (v == "unlimited" || v == "none") return 0;
@@ -131,6 +143,10 @@ const std::vector<OptionSpec> kOptions = {
        o.pool_retain = bytes;
        return absl::OkStatus();
      }},
+    {"grpc-reflection", "GPUBROKER_GRPC_REFLECTION", "grpc_reflection", "", "off",
+     "Serve gRPC server reflection (grpc.reflection.v1alpha) on gpubroker.sock, so that "
+     "tools such as grpcurl can call the broker without its .proto files.",
+     [](DaemonOptions& o, std::string_view v) { return SetSwitch(o.grpc_reflection, v); }},
     {"default-quota", "GPUBROKER_DEFAULT_QUOTA", "default_quota", "SIZE", "unlimited",
      "Byte quota of a tenant that the config file does not list.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
@@ -287,7 +303,9 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     if (spec == nullptr) {
       return absl::InvalidArgumentError(StrCat("unknown option --", arg, " (see --help)"));
     }
-    if (!has_value) {
+    if (!has_value && spec->value_name.empty()) {
+      value = "true";
+    } else if (!has_value) {
       if (i + 1 >= argc) {
         return absl::InvalidArgumentError(StrCat("--", arg, " needs a value"));
       }
@@ -334,9 +352,9 @@ std::string HelpText(std::string_view program) {
       "The gpubroker daemon: lends GPU (or host) memory to processes on this node and\n"
       "lets them share it with no copy.\n\nOptions (flag, environment variable, default):\n");
   for (const auto& o : kOptions) {
-    StrAppend(&out, "  --", o.flag, " ", o.value_name, "\n      ", o.help, "\n      env ", o.env,
-              o.key.empty() ? "" : StrCat(", config key ", o.key), "; default: ", o.default_text,
-              "\n");
+    StrAppend(&out, "  --", o.flag, o.value_name.empty() ? "" : " ", o.value_name, "\n      ",
+              o.help, "\n      env ", o.env, o.key.empty() ? "" : StrCat(", config key ", o.key),
+              "; default: ", o.default_text, "\n");
   }
   StrAppend(&out,
             "  --check-config FILE\n"
@@ -361,9 +379,9 @@ std::string OptionsMarkdown() {
       "| flag | environment | config key | default | meaning |\n"
       "| --- | --- | --- | --- | --- |\n";
   for (const auto& o : kOptions) {
-    StrAppend(&out, "| `--", o.flag, " ", cell(o.value_name), "` | `", o.env, "` | ",
-              o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ", cell(o.default_text), " | ",
-              cell(o.help), " |\n");
+    StrAppend(&out, "| `--", o.flag, o.value_name.empty() ? "" : " ", cell(o.value_name), "` | `",
+              o.env, "` | ", o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ",
+              cell(o.default_text), " | ", cell(o.help), " |\n");
   }
   return out;
 }

@@ -31,6 +31,7 @@ struct DaemonOptions {
   uint64_t vmm_threshold = uint64_t{2} << 30;
   uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
   std::string small_buffers = "arena";       // "arena" or "pool"
+  bool grpc_reflection = false;              // serve grpc.reflection on gpubroker.sock
   std::vector<TenantSpec> tenants;           // config file only
   // Option flag -> the text that set it, from whichever source won (file,
   // environment, flag); unset options are absent. A reload compares these.
@@ -41,7 +42,7 @@ struct OptionSpec {
   std::string_view flag;          // "socket-dir" for --socket-dir
   std::string_view env;           // "GPUBROKER_SOCKET_DIR"
   std::string_view key;           // "socket_dir" in the YAML file; empty: not a file key
-  std::string_view value_name;    // "DIR"
+  std::string_view value_name;    // "DIR"; empty: a switch (--flag alone means true)
   std::string_view default_text;  // for people
   std::string_view help;
   absl::Status (*apply)(DaemonOptions& options, std::string_view value);

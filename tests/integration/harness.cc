@@ -34,6 +34,50 @@ std::string BinDir() {
 
 bool IsRoot() { return ::geteuid() == 0; }
 
+std::string SourceDir() {
+  // A bundle that runs elsewhere says where its copy of the tree is.
+  const char* dir = std::getenv("GPUBROKER_SOURCE_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : GPUBROKER_SOURCE_DIR;
+}
+
+std::string FindProgram(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input,
+                         std::chrono::milliseconds timeout) {
+  TempDir dir;
+  const std::string err_path = dir.path() + "/stderr";
+  Process p = Process::Spawn(argv, err_path);
+  // The programs run here read all their input before they print; one that
+  // exits without reading makes the write fail (EPIPE), not kill the test.
+  ::signal(SIGPIPE, SIG_IGN);
+  if (!input.empty()) p.WriteLine(input);
+  p.CloseStdin();
+  CommandResult r;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (auto line = p.ReadLine(std::chrono::duration_cast<std::chrono::milliseconds>(
+             deadline - std::chrono::steady_clock::now()))) {
+    r.out += *line + "\n";
+  }
+  r.exit_code = p.Wait(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
+      deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{})));
+  if (r.exit_code == -1) p.Signal(SIGKILL);
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  r.err = text.str();
+  r.output = r.out + r.err;
+  return r;
+}
+
 TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "gpubroker-test-XXXXXX").string();
   char* made = ::mkdtemp(tmpl.data());

@@ -195,4 +195,21 @@ std::string HttpGet(const std::string& address, const std::string& path);
 
 bool IsRoot();
 
+/// The source tree (scripts and files that tests read).
+std::string SourceDir();
+
+/// The full path of `name` on $PATH; "" when there is none.
+std::string FindProgram(const std::string& name);
+
+struct CommandResult {
+  int exit_code = -1;  ///< -1: it did not end in time (it is killed)
+  std::string out;     ///< stdout
+  std::string err;     ///< stderr
+  std::string output;  ///< stdout, then stderr
+};
+
+/// Runs a program to its end with `input` on its stdin.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input = "",
+                         std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
 }  // namespace gpubroker::testing
