@@ -78,6 +78,7 @@ void Buffer::EnsurePublished() const noexcept {
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   impl_->CheckProcess();
+  if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
   if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
@@ -104,6 +105,9 @@ void Buffer::seal(void* stream) {
 void Buffer::wait_ready(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
   impl_->CheckProcess();
+  if (!mapping_) {
+    ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on a buffer opened without map");
+  }
   mapping_->WaitReady(stream);
 }
 
@@ -214,6 +218,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
     impl_->Count(detail::ClientImpl::Path::kOpenGrpc);
   }
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
+  if (!options.map) return buffer;
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;

@@ -120,7 +120,8 @@ void KeptAllocations::Release(std::vector<std::unique_ptr<Memory>> gone, uint64_
 bool KeptAllocations::WaitDrained(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithTimeout(
-      absl::Condition(+[](uint64_t* draining) { return *draining == 0; }, &draining_bytes_),
+      absl::Condition(
+          +[](uint64_t* draining) { return *draining == 0; }, &draining_bytes_),
       absl::FromChrono(timeout));
 }
 

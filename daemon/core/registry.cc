@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -368,6 +369,22 @@ std::optional<int64_t> Registry::NextExpiry() const {
   absl::ReaderMutexLock lock(&mu_);
   if (expiries_.empty()) return std::nullopt;
   return expiries_.begin()->first;
+}
+
+std::shared_ptr<const TenantDirectory> Registry::tenants() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return tenants_;
+}
+
+void Registry::ReplaceTenants(TenantDirectory tenants) {
+  auto fresh = std::make_shared<const TenantDirectory>(std::move(tenants));
+  std::shared_ptr<const TenantDirectory> old;
+  {
+    absl::MutexLock lock(&mu_);
+    books_.SetDirectory(fresh);
+    old = std::exchange(tenants_, std::move(fresh));
+  }
+  // `old` is destroyed here, outside the lock.
 }
 
 void Registry::AddBooksTo(NodeStatus& status) const {

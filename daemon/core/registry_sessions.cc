@@ -11,7 +11,10 @@ using registry_internal::ShuttingDown;
 using registry_internal::TokenKey;
 
 Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock)
-    : backend_(backend), tenants_(std::move(tenants)), clock_(std::move(clock)), books_(tenants_) {}
+    : backend_(backend),
+      clock_(std::move(clock)),
+      tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))),
+      books_(tenants_) {}
 
 Registry::~Registry() { ReleaseAll(); }
 
@@ -26,11 +29,11 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
                                                   std::string client_name) {
   SessionView view;
   view.peer = peer;
-  view.tenant = tenants_.TenantFor(peer.uid, peer.gid);
   view.token = RandomToken();
   view.client_name = std::move(client_name);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return ShuttingDown();
+  view.tenant = tenants_->TenantFor(peer.uid, peer.gid);
   view.id = next_session_++;
   by_token_[TokenKey(view.token)] = view.id;
   sessions_[view.id].view = view;

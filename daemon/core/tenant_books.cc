@@ -13,7 +13,7 @@ void TenantBooks::SessionEnded(const std::string& tenant) { usage_[tenant].sessi
 
 absl::Status TenantBooks::ReserveBuffer(const std::string& tenant, uint64_t bytes) {
   Usage& u = usage_[tenant];
-  const uint64_t quota = directory_.QuotaFor(tenant);
+  const uint64_t quota = directory_->QuotaFor(tenant);
   if (quota != 0 && u.bytes + bytes > quota) {
     const uint64_t left = quota > u.bytes ? quota - u.bytes : 0;
     return QuotaRefusal(StrCat("tenant '", tenant, "' over quota: requested ", bytes, " bytes, ",
@@ -39,7 +39,7 @@ absl::StatusOr<uint64_t> TenantBooks::ReserveRange(const std::string& tenant, ui
                                                    uint64_t want, uint64_t granularity) {
   Usage& u = usage_[tenant];
   uint64_t length = std::max(least, want);
-  const uint64_t quota = directory_.QuotaFor(tenant);
+  const uint64_t quota = directory_->QuotaFor(tenant);
   if (quota != 0) {
     const uint64_t left = quota > u.bytes ? quota - u.bytes : 0;
     if (least > left) {
@@ -88,7 +88,7 @@ void TenantBooks::AddClientTotals(const std::string& tenant, const ClientCounter
 std::vector<NodeStatus::Tenant> TenantBooks::Tally() const {
   std::vector<NodeStatus::Tenant> out;
   for (const auto& [name, u] : usage_) {
-    const uint64_t quota = directory_.QuotaFor(name);
+    const uint64_t quota = directory_->QuotaFor(name);
     if (u.sessions == 0 && u.buffers == 0 && u.ranges == 0 && quota == 0) continue;
     NodeStatus::Tenant t{name, quota, u.bytes, u.buffers, u.sessions};
     t.range_bytes = u.range_bytes;
@@ -96,7 +96,7 @@ std::vector<NodeStatus::Tenant> TenantBooks::Tally() const {
     t.clients = u.client_totals;
     out.push_back(std::move(t));
   }
-  for (const auto& spec : directory_.configured()) {
+  for (const auto& spec : directory_->configured()) {
     if (!usage_.contains(spec.name)) out.push_back({spec.name, spec.quota_bytes, 0, 0, 0});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });

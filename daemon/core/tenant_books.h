@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,13 @@ namespace gpubroker {
 /// guards it.
 class TenantBooks {
  public:
-  explicit TenantBooks(const TenantDirectory& directory) : directory_(directory) {}
+  explicit TenantBooks(std::shared_ptr<const TenantDirectory> directory)
+      : directory_(std::move(directory)) {}
+
+  /// The directory whose quotas hold from now on (a config reload).
+  void SetDirectory(std::shared_ptr<const TenantDirectory> directory) {
+    directory_ = std::move(directory);
+  }
 
   void SessionOpened(const std::string& tenant);
   void SessionEnded(const std::string& tenant);
@@ -62,7 +69,7 @@ class TenantBooks {
     ClientCounters client_totals;
   };
 
-  const TenantDirectory& directory_;
+  std::shared_ptr<const TenantDirectory> directory_;
   absl::flat_hash_map<std::string, Usage> usage_;
 };
 

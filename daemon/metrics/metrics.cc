@@ -2,6 +2,7 @@
 
 #include "common/refusal.h"
 #include "common/version.h"
+#include "daemon/metrics/process_metrics.h"
 #include "prometheus/metric_family.h"
 
 namespace gpubroker {
@@ -53,14 +54,24 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
       add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
-    auto& quota = gauge("gpubroker_tenant_quota_bytes", "Byte quota per tenant (0: unlimited).");
+    // An unlimited quota has no series: usage / quota then matches nothing,
+    // where a 0 would make every ratio +Inf and fire every quota alert.
+    auto& quota = gauge("gpubroker_tenant_quota_bytes",
+                        "Byte quota per tenant; a tenant without a quota has no series.");
+    auto& tenant_used =
+        gauge("gpubroker_tenant_used_bytes", "Bytes a tenant holds, as counted against its quota.");
+    auto& tenant_sessions = gauge("gpubroker_tenant_sessions", "Sessions open now, by tenant.");
+    for (const auto& t : s.tenants) {
+      if (t.quota_bytes != 0) add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
+      add(tenant_used, {{"tenant", t.name}}, static_cast<double>(t.used_bytes));
+      add(tenant_sessions, {{"tenant", t.name}}, t.sessions);
+    }
     auto& ranges = gauge("gpubroker_tenant_range_bytes",
                          "Bytes of the ranges that a tenant's clients lease (charged to it).");
     auto& in_use = gauge("gpubroker_client_in_use_bytes",
                          "Bytes of the buffers that a tenant's clients made in their ranges, as "
                          "of their last calls.");
     for (const auto& t : s.tenants) {
-      add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
       add(ranges, {{"tenant", t.name}}, static_cast<double>(t.range_bytes));
       add(in_use, {{"tenant", t.name}}, static_cast<double>(t.clients.in_use_bytes));
     }
@@ -74,6 +85,7 @@ class Metrics::StateCollector final : public prometheus::Collectable {
 Metrics::Metrics(const NodeStatusCollector& status)
     : registry_(std::make_shared<prometheus::Registry>()),
       state_(std::make_shared<StateCollector>(status)),
+      process_(std::make_shared<ProcessCollector>()),
       allocations_(prometheus::BuildCounter()
                        .Name("gpubroker_allocations_total")
                        .Help("Allocate calls by result.")
@@ -82,15 +94,17 @@ Metrics::Metrics(const NodeStatusCollector& status)
                  .Name("gpubroker_opens_total")
                  .Help("Open calls by result.")
                  .Register(*registry_)),
-      sessions_total_(prometheus::BuildCounter()
-                          .Name("gpubroker_sessions_total")
+      // Not "gpubroker_sessions_total": to OpenMetrics that counter is the
+      // family "gpubroker_sessions", the gauge's name.
+      sessions_ended_(prometheus::BuildCounter()
+                          .Name("gpubroker_sessions_ended_total")
                           .Help("Ended sessions by how they ended: closed (said goodbye) or died.")
                           .Register(*registry_)),
       reclaimed_(prometheus::BuildCounter()
                      .Name("gpubroker_reclaimed_bytes_total")
-                     .Help("Bytes given back because a session ended or a TTL passed.")
-                     .Register(*registry_)
-                     .Add({})),
+                     .Help("Bytes given back without a Free, by cause: the owner's session died "
+                           "or closed with them, or their TTL passed.")
+                     .Register(*registry_)),
       allocation_seconds_(
           prometheus::BuildHistogram()
               .Name("gpubroker_allocation_duration_seconds")
@@ -99,13 +113,16 @@ Metrics::Metrics(const NodeStatusCollector& status)
               .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
                                                                5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                2.5e-3, 5e-3, 1e-2, 0.1, 1})),
-      sessions_closed_(sessions_total_.Add({{"end", "closed"}})),
-      sessions_died_(sessions_total_.Add({{"end", "died"}})),
+      sessions_closed_(sessions_ended_.Add({{"end", "closed"}})),
+      sessions_died_(sessions_ended_.Add({{"end", "died"}})),
       sessions_started_(prometheus::BuildCounter()
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
                             .Add({})),
+      reclaimed_died_(reclaimed_.Add({{"cause", "died"}})),
+      reclaimed_closed_(reclaimed_.Add({{"cause", "closed"}})),
+      reclaimed_ttl_(reclaimed_.Add({{"cause", "ttl"}})),
       client_allocations_(
           prometheus::BuildCounter()
               .Name("gpubroker_client_allocations_total")
@@ -125,12 +142,6 @@ Metrics::Metrics(const NodeStatusCollector& status)
   maps_mapped_ = &client_maps_.Add({{"path", "mapped"}});
   maps_imported_ = &client_maps_.Add({{"path", "imported"}});
   maps_cached_ = &client_maps_.Add({{"path", "cached"}});
-  by_client_ = &client_allocations_.Add({{"path", "client"}});
-  by_session_ = &client_allocations_.Add({{"path", "session"}});
-  by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
-  maps_mapped_ = &client_maps_.Add({{"path", "mapped"}});
-  maps_imported_ = &client_maps_.Add({{"path", "imported"}});
-  maps_cached_ = &client_maps_.Add({{"path", "cached"}});
   // Every label exists from the start, so that rates and alerts see zeros.
   for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
     allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
@@ -142,7 +153,7 @@ Metrics::Metrics(const NodeStatusCollector& status)
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() const {
-  return {registry_, state_};
+  return {registry_, state_, process_};
 }
 
 std::string_view Metrics::AllocationResult(const absl::Status& status) {
@@ -203,7 +214,12 @@ void Metrics::ClientReported(uint64_t client_made, uint64_t daemon_session, uint
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 
-void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }
+void Metrics::Reclaimed(uint64_t bytes, ReclaimCause cause) {
+  prometheus::Counter& counter = cause == ReclaimCause::kDied     ? reclaimed_died_
+                                 : cause == ReclaimCause::kClosed ? reclaimed_closed_
+                                                                  : reclaimed_ttl_;
+  counter.Increment(static_cast<double>(bytes));
+}
 
 void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
 

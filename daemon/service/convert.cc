@@ -120,7 +120,7 @@ void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* ou
   out->set_device_uuid(grant.device_uuid);
 }
 
-void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView& self,
+void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView* self,
              v1::StatusResponse* out) {
   out->set_version(kVersion);
   out->set_backend(status.backend);
@@ -138,6 +138,12 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_compute_capability(d.info.compute_capability);
     o->set_buffers(d.buffers);
   }
+  out->set_sessions(status.sessions);
+  out->set_buffers(status.buffers);
+  out->set_metrics_address(facts.metrics_address);
+  out->set_socket_dir(facts.socket_dir);
+  out->set_started_unix_ms(facts.started_unix_ms);
+  if (self == nullptr) return;  // the node's totals only
   for (const NodeStatus::Tenant& t : status.tenants) {
     auto* o = out->add_tenants();
     o->set_name(t.name);
@@ -148,17 +154,12 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_range_bytes(t.range_bytes);
     o->set_ranges(t.ranges);
   }
-  out->set_sessions(status.sessions);
-  out->set_buffers(status.buffers);
-  out->set_metrics_address(facts.metrics_address);
-  out->set_socket_dir(facts.socket_dir);
-  out->set_started_unix_ms(facts.started_unix_ms);
   auto* me = out->mutable_self();
-  me->set_session_id(self.id);
-  me->set_tenant(self.tenant);
-  me->set_pid(self.peer.pid);
-  me->set_uid(self.peer.uid);
-  me->set_gid(self.peer.gid);
+  me->set_session_id(self->id);
+  me->set_tenant(self->tenant);
+  me->set_pid(self->peer.pid);
+  me->set_uid(self->peer.uid);
+  me->set_gid(self->peer.gid);
 }
 
 void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out) {

@@ -22,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr const char* kReclaimedDied = "gpubroker_reclaimed_bytes_total{cause=\"died\"}";
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 std::string GpuProblem() {
@@ -197,16 +198,15 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
   const auto before = Device0(observer);
   const uint64_t all = before["used_bytes"].get<uint64_t>() - base;
   EXPECT_GE(all, (64 + 512 + 32 + 16 + 8) * kMiB);
-  const double reclaimed0 = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed0 = daemon.Metric(kReclaimedDied);
 
   owner.Kill9();
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 3; }));
   // The session leaves the books first; its memory and the reclaim counter follow.
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_reclaimed_bytes_total") > reclaimed0; }));
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric(kReclaimedDied) > reclaimed0; }));
   // Gone: the owner's pool and VMM buffers. Kept: the shared one (importer's lease).
   const uint64_t after_owner = Device0(observer)["used_bytes"].get<uint64_t>() - base;
-  const double reclaimed1 = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed1 = daemon.Metric(kReclaimedDied);
   EXPECT_EQ(all - after_owner, static_cast<uint64_t>(reclaimed1 - reclaimed0));
   EXPECT_GE(all - after_owner, (64 + 512) * kMiB);
   EXPECT_LT(all - after_owner, (64 + 512 + 32) * kMiB);
@@ -217,10 +217,9 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 2; }));
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_reclaimed_bytes_total") > reclaimed1; }));
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric(kReclaimedDied) > reclaimed1; }));
   const uint64_t after_importer = Device0(observer)["used_bytes"].get<uint64_t>() - base;
-  const double reclaimed2 = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed2 = daemon.Metric(kReclaimedDied);
   EXPECT_EQ(after_owner - after_importer, static_cast<uint64_t>(reclaimed2 - reclaimed1));
   EXPECT_GE(after_owner - after_importer, (32 + 8) * kMiB);
   EXPECT_EQ(bystander.Send("check c 4"), "ok");

@@ -5,6 +5,7 @@
 //
 //   --socket-dir DIR   the daemon to talk to
 //   --uid UID          become this user before connecting (tests of tenants; needs root)
+//   --no-suballocate   every buffer is the daemon's (tests of the daemon's own buffers)
 #include <grp.h>
 #include <unistd.h>
 
@@ -247,12 +248,16 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
 int main(int argc, char** argv) {
   std::string socket_dir;
   long uid = -1;
+  gpubroker::ConnectOptions options;
+  options.client_name = "test-helper";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--socket-dir" && i + 1 < argc) {
       socket_dir = argv[++i];
     } else if (a == "--uid" && i + 1 < argc) {
       uid = std::stol(argv[++i]);
+    } else if (a == "--no-suballocate") {
+      options.suballocate = false;
     } else {
       std::cerr << "gpubroker-test-helper: unknown argument " << a << "\n";
       return 2;
@@ -269,7 +274,7 @@ int main(int argc, char** argv) {
   std::map<std::string, Buffer> buffers;
   std::optional<Client> client;
   try {
-    client = Client::connect(socket_dir, {"test-helper"});
+    client = Client::connect(socket_dir, options);
   } catch (const gpubroker::Error& e) {
     std::cout << "err " << gpubroker::ErrorCodeName(e.code()) << " " << e.message() << std::endl;
     return 1;

@@ -12,6 +12,7 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr int64_t kMiB = 1 << 20;
+constexpr const char* kReclaimedDied = "gpubroker_reclaimed_bytes_total{cause=\"died\"}";
 
 int64_t UsedBytes(Helper& h) {
   return nlohmann::json::parse(h.Ok("status"))["devices"][0]["used_bytes"].get<int64_t>();
@@ -45,17 +46,16 @@ TEST(Reclaim, SigkillOfAnOwnerReclaimsExactlyItsBytes) {
   EXPECT_EQ(ClientStat(victim, "in_use_bytes"), 1048576 + 3145728 + 40960);  // 40000 in its class
   // The daemon's books are the clients' ranges, to the byte.
   ASSERT_EQ(UsedBytes(bystander), victims + bystanders);
-  const double reclaimed_before = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   victim.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(bystander) == 1; })) << "session not ended";
   // The session leaves the books first; its memory and the reclaim counter follow.
-  ASSERT_TRUE(Eventually([&] {
-    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= victims;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= victims; }));
   EXPECT_EQ(UsedBytes(bystander), bystanders);
-  EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, victims);
-  EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 1);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, victims);
+  EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 1);
   EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), bystanders);
   EXPECT_EQ(bystander.Send("check c 5"), "ok") << "the bystander's buffer was touched";
   EXPECT_EQ(bystander.Send("open x victim.a unsealed").rfind("err NOT_FOUND", 0), 0u);
@@ -80,17 +80,16 @@ TEST(Reclaim, SigkillOfAnImporterReclaimsExactlyItsBytes) {
   const int64_t owners = ClientStat(owner, "range_bytes");
   const int64_t importers = ClientStat(importer, "range_bytes");
   ASSERT_EQ(UsedBytes(owner), owners + importers);
-  const double reclaimed_before = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(owner) == 1; }));
-  ASSERT_TRUE(Eventually([&] {
-    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= importers;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= importers; }));
   // The importer's ranges came back; the shared block went back to the
   // owner's range (still charged with it).
   EXPECT_EQ(UsedBytes(owner), owners);
-  EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, importers);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, importers);
   EXPECT_EQ(daemon.Metric("gpubroker_allocated_bytes{device=\"host\",tenant=\"uid-" +
                           std::to_string(::geteuid()) + "\"}"),
             owners);
@@ -114,16 +113,15 @@ TEST(Reclaim, ADeadOwnersPublishedBlockThatAnotherHoldsOutlivesItsRange) {
   owner.Ok("seal s");
   reader.Ok("open r held");
   const int64_t owners = ClientStat(owner, "range_bytes");
-  const double reclaimed_before = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   owner.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(reader) == 1; }));
   // All of the owner's ranges came back but the block the reader holds,
   // which is now charged by itself; its bytes are intact.
-  ASSERT_TRUE(Eventually([&] {
-    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= owners - 65536;
-  }));
-  EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, owners - 65536);
+  ASSERT_TRUE(Eventually(
+      [&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= owners - 65536; }));
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, owners - 65536);
   EXPECT_EQ(UsedBytes(reader), 65536);
   EXPECT_EQ(reader.Send("check r 3"), "ok");
   EXPECT_EQ(daemon.Metric("gpubroker_buffers{device=\"host\",tenant=\"uid-" +
@@ -142,9 +140,9 @@ TEST(Reclaim, CleanExitCountsAsClosedNotDied) {
     Helper h(daemon.socket_dir());
     h.Ok("alloc a 4096");
   }
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_sessions_total{end=\"closed\"}") == 1; }));
-  EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return daemon.Metric("gpubroker_sessions_ended_total{end=\"closed\"}") == 1; }));
+  EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 0);
   EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), 0);
 }
 

@@ -170,12 +170,12 @@ def test_sigkilled_python_producer_is_reclaimed(daemon, client, children):
     """, daemon.dir)
     assert producer.expect() == "ready"
     assert used_bytes(client) == 3 * (1 << 20) + PAGE
-    before = daemon.metric("gpubroker_reclaimed_bytes_total")
+    before = daemon.metric('gpubroker_reclaimed_bytes_total{cause="died"}')
     producer.proc.send_signal(signal.SIGKILL)
     producer.proc.wait()
     assert eventually(lambda: set(buffers(client)) == {"kill.kept"})
     assert used_bytes(client) == PAGE
-    assert daemon.metric("gpubroker_reclaimed_bytes_total") - before == 3 * (1 << 20)
+    assert daemon.metric('gpubroker_reclaimed_bytes_total{cause="died"}') - before == 3 * (1 << 20)
     client.free("kill.kept")
 
 

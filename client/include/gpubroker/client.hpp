@@ -17,10 +17,16 @@
 /// A process made by fork() cannot use its parent's clients: every call fails
 /// with FailedPreconditionError, and destroying them leaves the parent's
 /// session alone. The child connects anew.
+///
+/// The headers need C++17; Buffer::as() (a std::span) is there from C++20 on.
+/// The examples above use C++20's designated initializers.
 
 #include <cstdint>
 #include <memory>
+#if __cplusplus >= 202002L && __has_include(<span>)
 #include <span>
+#define GPUBROKER_HAVE_SPAN 1
+#endif
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,11 +88,13 @@ class GPUBROKER_API Buffer {
   bool valid() const noexcept { return impl_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
 
-  /// @brief The memory as a span of T (host backend).
+#if defined(GPUBROKER_HAVE_SPAN)
+  /// @brief The memory as a span of T (host backend; C++20).
   template <typename T>
   std::span<T> as() const {
     return {static_cast<T*>(data()), static_cast<size_t>(size() / sizeof(T))};
   }
+#endif
 
   /// @brief Marks the writes complete (ALLOCATED -> SEALED); readers waiting in
   /// open() wake up. A buffer this client made is published and sealed in
