@@ -8,6 +8,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
+#include "common/wire/routing.h"
 
 namespace gpubroker {
 
@@ -133,8 +134,12 @@ void Buffer::Reset(bool report_errors) {
   }
   std::optional<detail::LocalBlock> block;
   if (mapping_ && mapping_->local_block() != nullptr) block = *mapping_->local_block();
-  // Unmap before the lease drops: the daemon may hand the memory to someone
-  // else as soon as the last lease is gone.
+  // Memory of its own may stay mapped, in the mapping cache, for the next
+  // buffer the daemon serves from it: the release says so, and the daemon
+  // asks before it frees that memory. Anything else is unmapped before the
+  // lease drops: the daemon may hand the memory to someone else as soon as
+  // the last lease is gone.
+  const bool keep_mapping = mapping_ && !block && impl_->KeepMapping(*mapping_);
   mapping_.reset();
   auto impl = std::move(impl_);
   if (block) {
@@ -148,6 +153,7 @@ void Buffer::Reset(bool report_errors) {
   v1::Call call;
   call.mutable_release()->set_id(info_.id);
   call.mutable_release()->set_free(owner_ && !info_.keep);
+  call.mutable_release()->set_keep_mapping(keep_mapping);
   v1::Reply reply;
   try {
     impl->Call(std::move(call), &reply);  // always fits in a frame
@@ -173,15 +179,25 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   }
   const v1::AllocateRequest req = detail::ToAllocateRequest(size, options);
   v1::AllocateResponse resp;
-  v1::Call call;
-  *call.mutable_allocate() = req;
-  v1::Reply reply;
-  const uint64_t quick = impl_->quick_allocation_limit();
-  const bool slow = options.share_with.size() > 0 || (quick != 0 && size >= quick);
-  if (!slow && impl_->Call(std::move(call), &reply)) {
-    resp = std::move(*reply.mutable_allocate());
+  // The routing rule the daemon advertises and enforces: session.sock for a
+  // small one, and for a large one that a kept allocation may serve (the
+  // daemon answers ABORTED when none does, or when it would have to wait).
+  const AllocateRoute route = RouteAllocate(req, impl_->quick_allocation_limit());
+  bool on_session = false;
+  if (route != AllocateRoute::kGrpc) {
+    v1::Call call;
+    *call.mutable_allocate() = req;
+    v1::Reply reply;
+    try {
+      on_session = impl_->Call(std::move(call), &reply);  // false: too large for a frame
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kAborted) throw;
+    }
+    if (on_session) resp = std::move(*reply.mutable_allocate());
+  }
+  if (on_session) {
     impl_->Count(detail::ClientImpl::Path::kDaemonSession);
-  } else {  // slow (a new VMM allocation), or too large for a session frame
+  } else {
     grpc::ClientContext ctx;
     impl_->Prepare(ctx);
     grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);
@@ -189,9 +205,13 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
     impl_->Count(detail::ClientImpl::Path::kDaemonGrpc);
   }
   if (detail::ClientImpl::DebugOn()) {
-    detail::ClientImpl::Debug(StrCat("allocate ", FormatBytes(size), ": the daemon's, on ",
-                                     slow ? "gRPC" : "session.sock", " (", resp.buffer().backing(),
-                                     ")"));
+    detail::ClientImpl::Debug(StrCat(
+        "allocate ", FormatBytes(size), ": the daemon's, on ",
+        on_session ? (route == AllocateRoute::kSessionIfKept ? "session.sock (a kept allocation)"
+                                                             : "session.sock")
+                   : (route == AllocateRoute::kSessionIfKept ? "gRPC (no kept allocation)"
+                                                             : "gRPC"),
+        " (", resp.buffer().backing(), ")"));
   }
   BufferInfo info = detail::FromProto(resp.buffer());
   // From here on the lease is ours: hand it to a Buffer before mapping, so
@@ -285,6 +305,7 @@ BrokerStatus Client::status() {
 }
 
 void Client::trim() { impl_->Trim(); }
+void Client::evict_mappings() { impl_->EvictMappings(); }
 ClientStats Client::stats() const { return impl_->Stats(); }
 
 const SessionInfo& Client::session() const { return impl_->session(); }

@@ -138,6 +138,7 @@ bool ClientImpl::Call(v1::Call call, v1::Reply* reply) {
   *call.mutable_counters() = Counters();
   const bool sent = session_channel_->Call(std::move(call), reply, options_.call_timeout);
   DrainReturned();
+  ServeUnmapRequests();
   return sent;
 }
 
@@ -204,7 +205,15 @@ std::unique_ptr<Mapping> ClientImpl::AllocateLocal(uint64_t size, const Allocate
   DeviceArena& arena = ArenaFor(options.device);
   LocalBlock lb;
   lb.arena = &arena;
-  lb.block = arena.allocator().Allocate(need);
+  try {
+    lb.block = arena.allocator().Allocate(need);
+  } catch (const Error& e) {
+    // A range the daemon would have to wait for (memory that clients are
+    // unmapping): the daemon makes this buffer instead, through gRPC, which waits.
+    if (e.code() != ErrorCode::kAborted) throw;
+    if (DebugOn()) Debug(StrCat("allocate ", FormatBytes(size), ": no range now: ", e.what()));
+    return nullptr;
+  }
   lb.size = size;
   if (cuda) {
     lb.fence_offset = fence_offset;
@@ -331,7 +340,14 @@ ClientStats ClientImpl::Stats() const {
   s.maps_mapped = paths_[static_cast<int>(Path::kMapped)];
   s.maps_imported = paths_[static_cast<int>(Path::kImported)];
   s.opens_grpc = paths_[static_cast<int>(Path::kOpenGrpc)];
+  s.maps_cached = paths_[static_cast<int>(Path::kCached)];
   s.publishes = publishes_;
+  const MappingCache::Stats cache = cache_.stats();
+  s.mapping_cache_hits = cache.hits;
+  s.mapping_cache_misses = cache.misses;
+  s.mapping_cache_evictions = cache.evictions;
+  s.mapping_cache_entries = cache.entries;
+  s.mapping_cache_bytes = cache.mapped_bytes;
   std::lock_guard lock(arenas_mu_);
   for (const auto& [device, a] : arenas_) {
     const SubAllocator::Stats b = a->allocator().stats();
@@ -360,6 +376,10 @@ v1::ClientCounters ClientImpl::Counters() const {
   c.set_opens_arena(s.maps_mapped);
   c.set_opens_import(s.maps_imported);
   c.set_opens_grpc(s.opens_grpc);
+  c.set_opens_cached(s.maps_cached);
+  c.set_mapping_cache_misses(s.mapping_cache_misses);
+  c.set_mapping_cache_evictions(s.mapping_cache_evictions);
+  c.set_mapping_cache_bytes(s.mapping_cache_bytes);
   return c;
 }
 

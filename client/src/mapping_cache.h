@@ -17,6 +17,8 @@ namespace gpubroker::detail {
 class CachedMapping {
  public:
   virtual ~CachedMapping() = default;
+  /// Where it is mapped in this process (a host or a device address).
+  virtual void* data() const = 0;
   virtual uint64_t size() const = 0;
 };
 

@@ -1,3 +1,5 @@
+#include <poll.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -82,10 +84,7 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   for (;;) {
     UniqueFd got;
     v1::SessionFrame reply = ReadFrame(timeout, &got);
-    if (reply.has_blocks_returned()) {
-      if (on_returned_) on_returned_(reply.blocks_returned());
-      continue;
-    }
+    if (Unasked(reply)) continue;
     if (reply.has_goodbye()) {
       ThrowError(ErrorCode::kUnavailable,
                  StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
@@ -98,6 +97,59 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
       return reply;
     }
     // Anything else answers an earlier request that gave up; skip it.
+  }
+}
+
+bool SessionChannel::Unasked(const v1::SessionFrame& frame) {
+  if (frame.has_blocks_returned()) {
+    if (on_returned_) on_returned_(frame.blocks_returned());
+    return true;
+  }
+  if (frame.has_unmap_request()) {
+    if (on_unmap_) on_unmap_(frame.unmap_request());
+    return true;
+  }
+  return false;
+}
+
+bool SessionChannel::Poll(int wake_fd, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(mu_);
+    if (!fd_) return false;
+  }
+  // Waits without the lock: a call may run meanwhile, and read what comes.
+  pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return true;
+  if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return true;
+  std::lock_guard lock(mu_);
+  if (!fd_) return false;
+  char buf[4096];
+  std::vector<UniqueFd> received;
+  for (;;) {
+    auto frame = decoder_.Next();
+    if (!frame.ok()) return false;  // the next call says what is wrong
+    if (frame->has_value()) {
+      const v1::SessionFrame& f = **frame;
+      if (f.has_goodbye()) return false;
+      if (f.has_fd_grant() && !fds_.empty()) fds_.pop_front();  // answers a call that gave up
+      Unasked(f);
+      continue;
+    }
+    // Only what has arrived: a call in flight may have read the rest.
+    if (!WaitReadable(fd_.get(), std::chrono::milliseconds(0)).ok()) return true;
+    received.clear();
+    auto got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
+    if (!got.ok() || got->eof) return false;
+    for (auto& r : received) fds_.push_back(std::move(r));
+    decoder_.Append(std::string_view(buf, got->bytes));
+  }
+}
+
+void SessionChannel::Send(const v1::SessionFrame& frame) {
+  std::lock_guard lock(mu_);
+  if (!fd_) ThrowError(ErrorCode::kUnavailable, "the session is closed");
+  if (auto s = SendAll(fd_.get(), EncodeFrame(frame)); !s.ok()) {
+    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
   }
 }
 

@@ -40,6 +40,9 @@ struct AllocationRequest {
   // thread: such an allocation is refused with ABORTED, and the client
   // asks again through gRPC.
   bool may_wait = true;
+  // Serve it only from a kept allocation of the tenant's (session.sock, at or
+  // over QuickAllocationLimit: common/wire/routing.h); otherwise ABORTED.
+  bool kept_only = false;
 };
 
 class LeasedRange;
@@ -49,6 +52,9 @@ struct RangeRequest {
   int device = 0;
   std::string tenant;
   uint64_t length = 0;  // a multiple of RangeGranularity()
+  // As AllocationRequest::may_wait: ranges are leased on session.sock, whose
+  // thread may not wait for clients to unmap memory that must make room.
+  bool may_wait = false;
 };
 
 /// A source of device memory: host (memfd arenas) or cuda (arena slabs,
@@ -98,10 +104,5 @@ class Backend {
   /// The last session that kept `id` mapped has unmapped it (or ended).
   virtual void AllocationUnheld(AllocationId /*id*/) {}
 };
-
-/// The refusal of an allocation that the session socket's thread must not
-/// wait for (a new VMM allocation, memory that clients must unmap first):
-/// ABORTED, and the client asks again through gRPC.
-absl::Status AskThroughGrpc(std::string_view why);
 
 }  // namespace gpubroker

@@ -3,12 +3,23 @@
 #include <atomic>
 
 #include "absl/time/time.h"
+#include "common/refusal.h"
+#include "common/strings.h"
+#include "common/units.h"
 
 namespace gpubroker {
 
 AllocationId NewAllocationId() {
   static std::atomic<AllocationId> next{1};
   return next++;
+}
+
+absl::Status AskThroughGrpc(std::string_view why) {
+  return absl::AbortedError(StrCat(why, ": ask through gRPC"));
+}
+
+bool IsAskThroughGrpc(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted;
 }
 
 KeptAllocations::~KeptAllocations() {
@@ -123,6 +134,26 @@ bool KeptAllocations::WaitDrained(std::chrono::milliseconds timeout) {
       absl::Condition(
           +[](uint64_t* draining) { return *draining == 0; }, &draining_bytes_),
       absl::FromChrono(timeout));
+}
+
+absl::Status KeptAllocations::MakeRoom(uint64_t lent, uint64_t more, uint64_t capacity,
+                                       bool may_wait, std::chrono::milliseconds wait,
+                                       std::string_view what) {
+  auto fits = [&] { return lent + more + bytes() <= capacity; };
+  if (fits()) return absl::OkStatus();
+  Drop();
+  if (fits()) return absl::OkStatus();
+  const uint64_t draining = draining_bytes();
+  if (draining == 0) return absl::OkStatus();  // the capacity itself refuses, if it must
+  if (!may_wait) {
+    return AskThroughGrpc(StrCat(FormatBytes(draining), " on ", what,
+                                 " wait for clients to unmap them"));
+  }
+  WaitDrained(wait);
+  if (fits() || draining_bytes() == 0) return absl::OkStatus();
+  return OutOfMemoryRefusal(StrCat("out of memory on ", what, ": ", FormatBytes(draining_bytes()),
+                                   " of freed buffers are still mapped by clients that were asked "
+                                   "to unmap them"));
 }
 
 uint64_t KeptAllocations::bytes() const {

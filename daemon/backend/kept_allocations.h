@@ -11,10 +11,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 
@@ -25,6 +27,13 @@ using AllocationId = uint64_t;
 
 /// A new allocation id (never 0).
 AllocationId NewAllocationId();
+
+/// The refusal of a call that the session socket's thread must not wait for
+/// (a new VMM allocation, memory that clients must unmap first): ABORTED,
+/// and the client asks again through gRPC, whose threads may wait.
+absl::Status AskThroughGrpc(std::string_view why);
+/// Whether `status` is such a refusal.
+bool IsAskThroughGrpc(const absl::Status& status);
 
 /// Who keeps an allocation mapped after its buffer went (the clients'
 /// mapping caches): the registry knows, and asks them to unmap.
@@ -77,6 +86,14 @@ class KeptAllocations {
   void Unheld(AllocationId id);
   /// Waits until nothing drains, at most `timeout`; whether nothing does.
   bool WaitDrained(std::chrono::milliseconds timeout);
+  /// Room for `more` bytes beside `lent` (what buffers hold) and what is
+  /// kept, within `capacity`: kept memory goes first; memory that clients
+  /// still map is waited for, up to `wait`, where the caller may wait. OK
+  /// when there is room; ABORTED (AskThroughGrpc) when the caller may not
+  /// wait and something drains; OUT_OF_MEMORY when clients did not unmap
+  /// in time. `what` names the device in messages.
+  absl::Status MakeRoom(uint64_t lent, uint64_t more, uint64_t capacity, bool may_wait,
+                        std::chrono::milliseconds wait, std::string_view what);
 
   uint64_t bytes() const;           // kept and draining
   uint64_t draining_bytes() const;  // of those, waiting for clients to unmap

@@ -69,10 +69,6 @@ class CarvedBuffer final : public BackendBuffer {
 
 }  // namespace
 
-absl::Status AskThroughGrpc(std::string_view why) {
-  return absl::AbortedError(StrCat(why, ": ask through gRPC"));
-}
-
 absl::StatusOr<std::unique_ptr<LeasedRange>> Backend::LeaseRange(const RangeRequest&) {
   return absl::UnimplementedError("this backend leases no ranges");
 }

@@ -25,6 +25,11 @@ struct ClientCounters {
   uint64_t opens_cached = 0;        // maps served by the mapping cache
   uint64_t opens_import = 0;        // maps that imported anew
   uint64_t opens_grpc = 0;          // opens that went through gRPC
+  // The mapping cache: maps of memory of its own that it did not have (its
+  // hits are opens_cached), mappings it let go; bytes it maps now (a gauge).
+  uint64_t mapping_cache_misses = 0;
+  uint64_t mapping_cache_evictions = 0;
+  uint64_t mapping_cache_bytes = 0;
 };
 
 /// What the node holds right now: one value, built by one collector, that the

@@ -153,6 +153,8 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   req.tenant = tenant;
   req.size = p.size;
   req.isolated = !share_with.empty();
+  req.may_wait = p.may_wait;
+  req.kept_only = p.kept_only;
   auto memory = backend_.Allocate(req);
 
   Graveyard dead;
@@ -262,7 +264,7 @@ absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
   return b->view;
 }
 
-absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
+absl::Status Registry::Release(SessionId session_id, BufferId id, bool free, bool keep_mapping) {
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   Session* s = FindSession(session_id);  // also during shutdown: a release only gives back
@@ -279,8 +281,75 @@ absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
   if (--lease->second == 0) s->leases.erase(lease);
   b.view.leases--;
   if (free) MarkFreed(b);
+  // Recorded before the memory can go (MaybeDestroy): the backend, keeping
+  // or freeing it, finds this session among its holders.
+  if (const AllocationId a = b.memory->import_info().allocation_id; keep_mapping && a != 0) {
+    s->mapped.insert(a);
+    mapped_by_[a].insert(session_id);
+  }
   MaybeDestroy(id, dead);
   return absl::OkStatus();
+}
+
+// Mappings that outlive buffers ---------------------------------------------
+
+bool Registry::Unmap(SessionId s, AllocationId id) {
+  auto it = mapped_by_.find(id);
+  if (it == mapped_by_.end()) return false;
+  it->second.erase(s);
+  if (!it->second.empty()) return false;
+  mapped_by_.erase(it);
+  return true;
+}
+
+void Registry::Unmapped(SessionId session_id, const std::vector<AllocationId>& ids) {
+  std::vector<AllocationId> unheld;
+  {
+    absl::MutexLock lock(&mu_);
+    Session* s = FindSession(session_id);
+    if (s == nullptr) return;
+    for (AllocationId id : ids) {
+      // Only what this session said it keeps: another's holds are not its to drop.
+      if (s->mapped.erase(id) == 0) continue;
+      if (Unmap(session_id, id)) unheld.push_back(id);
+    }
+  }
+  for (AllocationId id : unheld) backend_.AllocationUnheld(id);
+}
+
+std::vector<std::pair<SessionId, std::vector<AllocationId>>> Registry::TakeUnmapRequests() {
+  std::vector<std::pair<SessionId, std::vector<AllocationId>>> out;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, s] : sessions_) {
+    if (s.unmap_asked.empty()) continue;
+    out.emplace_back(id, std::move(s.unmap_asked));
+    s.unmap_asked.clear();
+  }
+  return out;
+}
+
+void Registry::set_unmap_notifier(std::function<void()> notify) {
+  absl::MutexLock lock(&mu_);
+  unmap_notifier_ = std::move(notify);
+}
+
+bool Registry::Held(AllocationId id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return mapped_by_.contains(id);
+}
+
+void Registry::AskToUnmap(AllocationId id) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = mapped_by_.find(id);
+    if (it == mapped_by_.end()) return;
+    for (SessionId holder : it->second) {
+      if (Session* s = FindSession(holder)) s->unmap_asked.push_back(id);
+    }
+    notify = unmap_notifier_;
+  }
+  if (notify) notify();
 }
 
 absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey& key) {
@@ -399,6 +468,7 @@ void Registry::AddBooksTo(NodeStatus& status) const {
       t.clients.in_use_blocks += s.counters.in_use_blocks;
       t.clients.in_use_bytes += s.counters.in_use_bytes;
       t.clients.range_bytes += s.counters.range_bytes;
+      t.clients.mapping_cache_bytes += s.counters.mapping_cache_bytes;
     }
   }
   absl::flat_hash_map<std::pair<int, std::string>, NodeStatus::Cell> cells;

@@ -70,6 +70,11 @@ struct AllocateParams {
   bool keep = false;
   uint64_t ttl_ms = 0;
   std::vector<std::string> share_with;
+  // What the transport allows (not the request's): session.sock's one thread
+  // may not wait, and at or over the quick allocation limit it is served
+  // only from a kept allocation (common/wire/routing.h).
+  bool may_wait = true;
+  bool kept_only = false;
 };
 
 /// Which buffer: by id when id != 0, else by name.
@@ -149,15 +154,20 @@ struct ExpiryReport {
 ///  * a tenant's bytes (rounded as the backend rounds them) never exceed its
 ///    quota.
 ///
+/// It also knows which sessions keep which allocations mapped after their
+/// buffers went (ReleaseRequest.keep_mapping): the backend asks it before it
+/// truly frees such memory, and it asks those sessions to unmap
+/// (MappingHolders; the session server sends the requests).
+///
 /// Thread-safe. One mutex guards the books; it is never held across a backend
 /// call, a socket write or an RPC: memory is taken before a buffer is entered
 /// and given back after it has been removed, outside the lock.
-class Registry {
+class Registry final : public MappingHolders {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
   Registry(Backend& backend, TenantDirectory tenants, Clock clock = {});
-  ~Registry();
+  ~Registry() override;
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
@@ -176,7 +186,10 @@ class Registry {
   absl::StatusOr<BufferGrant> Open(SessionId session, const BufferKey& key,
                                    const OpenParams& params);
   absl::StatusOr<BufferView> Seal(SessionId session, BufferId id);
-  absl::Status Release(SessionId session, BufferId id, bool free);
+  /// `keep_mapping`: the session keeps its mapping of the buffer's memory
+  /// (its allocation id) after the lease drops; it is asked to unmap before
+  /// that memory is truly freed.
+  absl::Status Release(SessionId session, BufferId id, bool free, bool keep_mapping = false);
   absl::StatusOr<BufferView> Free(SessionId session, const BufferKey& key);
   std::vector<BufferView> List(SessionId session) const;
 
@@ -193,6 +206,19 @@ class Registry {
   /// Records what the session's client says it did; the increments of its
   /// totals since its last report (for the metrics' counters).
   ClientCounters RecordCounters(SessionId session, const ClientCounters& counters);
+
+  // Mappings that outlive buffers (docs/fast-path.md) ----------------------
+
+  /// The session no longer maps these allocations (it was asked to, or its
+  /// cache let them go); memory that waited for it may be freed now.
+  void Unmapped(SessionId session, const std::vector<AllocationId>& ids);
+  /// Requests to unmap, by session, since the last call; the caller sends them.
+  std::vector<std::pair<SessionId, std::vector<AllocationId>>> TakeUnmapRequests();
+  /// Called (outside the lock) when requests to unmap are waiting to be taken.
+  void set_unmap_notifier(std::function<void()> notify);
+  // MappingHolders: the backend asks, outside the registry's lock.
+  bool Held(AllocationId id) const override;
+  void AskToUnmap(AllocationId id) override;
 
   // Descriptors (session.sock) ---------------------------------------------
 
@@ -236,6 +262,8 @@ class Registry {
     absl::flat_hash_set<RangeId> ranges;
     std::vector<ReturnedBlock> returned;  // not yet told to the client
     ClientCounters counters;              // as last reported
+    absl::flat_hash_set<AllocationId> mapped;  // kept mapped after their buffers went
+    std::vector<AllocationId> unmap_asked;     // requests to unmap, not yet sent
   };
   struct Buffer {
     BufferView view;
@@ -286,6 +314,11 @@ class Registry {
   // the bytes that left the tenant's books (0 for a block that went back to
   // its live range, whose owner is told).
   uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A session's leases, buffers and ranges at its end.
+  void EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets that `s` maps `id`; true when nobody maps it any more.
+  bool Unmap(SessionId s, AllocationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a range: its bytes leave the books but for its published blocks
   // that live on, which are charged by themselves from now. Returns the
   // bytes that went back.
@@ -308,6 +341,10 @@ class Registry {
   std::shared_ptr<const TenantDirectory> tenants_ ABSL_GUARDED_BY(mu_);
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
+  // Who keeps which allocation mapped after its buffers went.
+  absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_
+      ABSL_GUARDED_BY(mu_);
+  std::function<void()> unmap_notifier_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubroker

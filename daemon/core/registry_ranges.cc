@@ -193,11 +193,14 @@ ClientCounters Registry::RecordCounters(SessionId session_id, const ClientCounte
   grow(c.opens_cached, seen.opens_cached, delta.opens_cached);
   grow(c.opens_import, seen.opens_import, delta.opens_import);
   grow(c.opens_grpc, seen.opens_grpc, delta.opens_grpc);
+  grow(c.mapping_cache_misses, seen.mapping_cache_misses, delta.mapping_cache_misses);
+  grow(c.mapping_cache_evictions, seen.mapping_cache_evictions, delta.mapping_cache_evictions);
   books_.AddClientTotals(s->view.tenant, delta);
   // Gauges: as reported.
   seen.in_use_blocks = c.in_use_blocks;
   seen.in_use_bytes = c.in_use_bytes;
   seen.range_bytes = c.range_bytes;
+  seen.mapping_cache_bytes = c.mapping_cache_bytes;
   return delta;
 }
 

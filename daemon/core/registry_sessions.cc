@@ -14,9 +14,14 @@ Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock)
     : backend_(backend),
       clock_(std::move(clock)),
       tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))),
-      books_(tenants_) {}
+      books_(tenants_) {
+  backend_.SetMappingHolders(this);
+}
 
-Registry::~Registry() { ReleaseAll(); }
+Registry::~Registry() {
+  backend_.SetMappingHolders(nullptr);
+  ReleaseAll();
+}
 
 int64_t Registry::Now() const {
   if (clock_) return clock_();
@@ -43,15 +48,29 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
 
 SessionEndReport Registry::EndSession(SessionId id) {
   SessionEndReport report;
-  Graveyard dead;  // destroyed after the lock is released
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return report;
-  Session session = std::move(it->second);
-  sessions_.erase(it);
-  by_token_.erase(TokenKey(session.view.token));
-  books_.SessionEnded(session.view.tenant);
-  report.session = session.view;
+  std::vector<AllocationId> unheld;  // told to the backend last, outside the lock
+  {
+    Graveyard dead;  // destroyed after the lock is released
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return report;
+    Session session = std::move(it->second);
+    sessions_.erase(it);
+    by_token_.erase(TokenKey(session.view.token));
+    books_.SessionEnded(session.view.tenant);
+    report.session = session.view;
+    // A session that ended maps nothing: forgotten first, so that memory its
+    // end frees below is not held for it.
+    for (AllocationId a : session.mapped) {
+      if (Unmap(id, a)) unheld.push_back(a);
+    }
+    EndSessionBooks(session, report, dead);
+  }
+  for (AllocationId a : unheld) backend_.AllocationUnheld(a);
+  return report;
+}
+
+void Registry::EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead) {
 
   std::vector<BufferId> touched;
   for (const auto& [buffer_id, count] : session.leases) {
@@ -84,7 +103,6 @@ SessionEndReport Registry::EndSession(SessionId id) {
     report.bytes_kept_for_others += length - back;
     report.ranges_returned++;
   }
-  return report;
 }
 
 absl::StatusOr<SessionView> Registry::Authenticate(const Token& token) const {
@@ -132,6 +150,7 @@ uint64_t Registry::ReleaseAll() {
   }
   ranges_.clear();
   buffers_.clear();
+  mapped_by_.clear();
   names_.Clear();
   expiries_.clear();
   sessions_.clear();

@@ -83,6 +83,8 @@ void TenantBooks::AddClientTotals(const std::string& tenant, const ClientCounter
   t.opens_cached += d.opens_cached;
   t.opens_import += d.opens_import;
   t.opens_grpc += d.opens_grpc;
+  t.mapping_cache_misses += d.mapping_cache_misses;
+  t.mapping_cache_evictions += d.mapping_cache_evictions;
 }
 
 std::vector<NodeStatus::Tenant> TenantBooks::Tally() const {

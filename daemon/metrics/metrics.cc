@@ -71,9 +71,23 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     auto& in_use = gauge("gpubroker_client_in_use_bytes",
                          "Bytes of the buffers that a tenant's clients made in their ranges, as "
                          "of their last calls.");
+    auto& mapped = gauge("gpubroker_client_mapped_bytes",
+                         "Bytes of freed buffers' memory that a tenant's clients keep mapped in "
+                         "their mapping caches, as of their last calls.");
     for (const auto& t : s.tenants) {
       add(ranges, {{"tenant", t.name}}, static_cast<double>(t.range_bytes));
       add(in_use, {{"tenant", t.name}}, static_cast<double>(t.clients.in_use_bytes));
+      add(mapped, {{"tenant", t.name}}, static_cast<double>(t.clients.mapping_cache_bytes));
+    }
+    auto& kept = gauge("gpubroker_pool_kept_bytes",
+                       "Bytes of freed allocations kept for their tenant's next buffer of the "
+                       "same size (part of the reserved bytes).");
+    auto& unmapping = gauge("gpubroker_pool_unmapping_bytes",
+                            "Bytes of freed allocations that wait for clients to unmap them "
+                            "before they are freed (part of the kept bytes).");
+    for (const auto& d : s.devices) {
+      add(kept, {{"device", d.info.uuid}}, static_cast<double>(d.usage.kept_bytes));
+      add(unmapping, {{"device", d.info.uuid}}, static_cast<double>(d.usage.unmapping_bytes));
     }
     return out;
   }
@@ -135,7 +149,27 @@ Metrics::Metrics(const NodeStatusCollector& status)
                        .Help("Buffers that clients mapped, by path: memory mapped already "
                              "(mapped), a kept mapping (cached) or a new import (imported); as "
                              "the clients report them.")
-                       .Register(*registry_)) {
+                       .Register(*registry_)),
+      cache_lookups_(prometheus::BuildCounter()
+                         .Name("gpubroker_client_mapping_cache_lookups_total")
+                         .Help("Maps of buffers with memory of their own (cuda-vmm, host-fd) by "
+                               "whether the client's mapping cache had the memory mapped (hit) "
+                               "or it was imported (miss); as the clients report them.")
+                         .Register(*registry_)),
+      cache_hits_(cache_lookups_.Add({{"result", "hit"}})),
+      cache_misses_(cache_lookups_.Add({{"result", "miss"}})),
+      cache_evictions_(prometheus::BuildCounter()
+                           .Name("gpubroker_client_mapping_cache_evictions_total")
+                           .Help("Mappings that clients' caches unmapped: to make room, on the "
+                                 "daemon's request, or on an explicit evict.")
+                           .Register(*registry_)
+                           .Add({})),
+      unmap_requests_(prometheus::BuildCounter()
+                          .Name("gpubroker_unmap_requests_total")
+                          .Help("Allocations that clients were asked to unmap before the daemon "
+                                "frees their memory (to make room on the device).")
+                          .Register(*registry_)
+                          .Add({})) {
   by_client_ = &client_allocations_.Add({{"path", "client"}});
   by_session_ = &client_allocations_.Add({{"path", "session"}});
   by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
@@ -201,15 +235,22 @@ void Metrics::Allocation(std::string_view result, double seconds) {
   if (result == "ok") allocation_seconds_.Observe(seconds);
 }
 
-void Metrics::ClientReported(uint64_t client_made, uint64_t daemon_session, uint64_t daemon_grpc,
-                             uint64_t maps_mapped, uint64_t maps_imported, uint64_t maps_cached) {
-  Find(allocation_results_, "ok", allocations_).Increment(static_cast<double>(client_made));
-  by_client_->Increment(static_cast<double>(client_made));
-  by_session_->Increment(static_cast<double>(daemon_session));
-  by_grpc_->Increment(static_cast<double>(daemon_grpc));
-  maps_mapped_->Increment(static_cast<double>(maps_mapped));
-  maps_imported_->Increment(static_cast<double>(maps_imported));
-  maps_cached_->Increment(static_cast<double>(maps_cached));
+void Metrics::ClientReported(const ClientCounters& d) {
+  auto n = [](uint64_t v) { return static_cast<double>(v); };
+  Find(allocation_results_, "ok", allocations_).Increment(n(d.allocations));
+  by_client_->Increment(n(d.allocations));
+  by_session_->Increment(n(d.daemon_allocations));
+  by_grpc_->Increment(n(d.grpc_allocations));
+  maps_mapped_->Increment(n(d.opens_arena));
+  maps_imported_->Increment(n(d.opens_import));
+  maps_cached_->Increment(n(d.opens_cached));
+  cache_hits_.Increment(n(d.opens_cached));
+  cache_misses_.Increment(n(d.mapping_cache_misses));
+  cache_evictions_.Increment(n(d.mapping_cache_evictions));
+}
+
+void Metrics::UnmapRequested(uint64_t allocations) {
+  unmap_requests_.Increment(static_cast<double>(allocations));
 }
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }

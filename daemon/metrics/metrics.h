@@ -40,11 +40,12 @@ class Metrics {
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
   void Reclaimed(uint64_t bytes, ReclaimCause cause);
-  /// What clients reported doing since their last report: client-made
-  /// allocations count as successful allocations too, and every path is
-  /// counted (no slow path is silent).
-  void ClientReported(uint64_t client_made, uint64_t daemon_session, uint64_t daemon_grpc,
-                      uint64_t maps_mapped, uint64_t maps_imported, uint64_t maps_cached);
+  /// What clients reported doing since their last report (the increments
+  /// of their totals): client-made allocations count as successful
+  /// allocations too, and every path is counted (no slow path is silent).
+  void ClientReported(const ClientCounters& delta);
+  /// Requests sent to a client to unmap `allocations` before their memory is freed.
+  void UnmapRequested(uint64_t allocations);
   void SessionEnded(bool clean);
   void SessionStarted();
 
@@ -79,6 +80,11 @@ class Metrics {
   prometheus::Counter* maps_mapped_;
   prometheus::Counter* maps_imported_;
   prometheus::Counter* maps_cached_;
+  prometheus::Family<prometheus::Counter>& cache_lookups_;
+  prometheus::Counter& cache_hits_;
+  prometheus::Counter& cache_misses_;
+  prometheus::Counter& cache_evictions_;
+  prometheus::Counter& unmap_requests_;
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;
 };

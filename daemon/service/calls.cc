@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/strings.h"
+#include "common/wire/routing.h"
 #include "common/wire/tensor.h"
 #include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
@@ -28,10 +29,38 @@ absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s, ab
 
 absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateRequest& req,
                                    v1::AllocateResponse* resp) {
+  return DoAllocate(s, FromProto(req), resp);
+}
+
+absl::Status BrokerCalls::QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
+                                        v1::AllocateResponse* resp) {
+  const uint64_t quick = WireQuickAllocationLimit(registry_.backend());
+  AllocateParams params = FromProto(req);
+  params.may_wait = false;
+  switch (RouteAllocate(req, quick)) {
+    case AllocateRoute::kGrpc:
+      metrics_.Allocation("invalid", 0);
+      return Refuse("Allocate", &s,
+                    absl::FailedPreconditionError(
+                        "an Allocate shared with other tenants goes through gRPC, not "
+                        "session.sock (it makes a device allocation of its own)"));
+    case AllocateRoute::kSessionIfKept:
+      params.kept_only = true;
+      break;
+    case AllocateRoute::kSession:
+      break;
+  }
+  return DoAllocate(s, std::move(params), resp);
+}
+
+absl::Status BrokerCalls::DoAllocate(const SessionView& s, const AllocateParams& params,
+                                     v1::AllocateResponse* resp) {
   const auto start = std::chrono::steady_clock::now();
-  auto grant = registry_.Allocate(s.id, FromProto(req));
+  auto grant = registry_.Allocate(s.id, params);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // "Ask through gRPC" is where the call goes next, not an outcome.
+  if (IsAskThroughGrpc(grant.status())) return grant.status();
   metrics_.Allocation(Metrics::AllocationResult(grant.status()), seconds);
   if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
   ToProto(grant->buffer, resp->mutable_buffer());
@@ -69,7 +98,7 @@ absl::Status BrokerCalls::Seal(const SessionView& s, const v1::SealRequest& req,
 }
 
 absl::Status BrokerCalls::Release(const SessionView& s, const v1::ReleaseRequest& req) {
-  if (auto st = registry_.Release(s.id, req.id(), req.free()); !st.ok()) {
+  if (auto st = registry_.Release(s.id, req.id(), req.free(), req.keep_mapping()); !st.ok()) {
     return Refuse("Release", &s, st);
   }
   return absl::OkStatus();
@@ -140,9 +169,15 @@ void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters&
   counters.opens_cached = c.opens_cached();
   counters.opens_import = c.opens_import();
   counters.opens_grpc = c.opens_grpc();
-  const ClientCounters d = registry_.RecordCounters(s.id, counters);
-  metrics_.ClientReported(d.allocations, d.daemon_allocations, d.grpc_allocations, d.opens_arena,
-                          d.opens_import, d.opens_cached);
+  counters.mapping_cache_misses = c.mapping_cache_misses();
+  counters.mapping_cache_evictions = c.mapping_cache_evictions();
+  counters.mapping_cache_bytes = c.mapping_cache_bytes();
+  metrics_.ClientReported(registry_.RecordCounters(s.id, counters));
+}
+
+void BrokerCalls::Unmapped(const SessionView& s, const v1::Unmapped& unmapped) {
+  registry_.Unmapped(s.id, std::vector<AllocationId>(unmapped.allocation_ids().begin(),
+                                                     unmapped.allocation_ids().end()));
 }
 
 }  // namespace gpubroker

@@ -21,6 +21,13 @@ class BrokerCalls {
 
   absl::Status Allocate(const SessionView& s, const v1::AllocateRequest& req,
                         v1::AllocateResponse* resp);
+  /// An Allocate that came on session.sock, served as the routing rule says
+  /// (common/wire/routing.h, the rule Welcome advertises): FAILED_PRECONDITION
+  /// for one that goes through gRPC only; at or over the quick allocation
+  /// limit, served from a kept allocation or answered ABORTED ("ask through
+  /// gRPC"), which is not counted as a refusal. It never waits.
+  absl::Status QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
+                             v1::AllocateResponse* resp);
   /// `params` carries what the transport adds (deadline, cancellation); the
   /// request's own fields are applied on top.
   absl::Status Open(const SessionView& s, const v1::OpenRequest& req, OpenParams params,
@@ -36,6 +43,8 @@ class BrokerCalls {
   absl::Status Publish(const SessionView& s, const v1::PublishRequest& req,
                        v1::PublishResponse* resp);
   void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);
+  /// The client no longer maps these allocations.
+  void Unmapped(const SessionView& s, const v1::Unmapped& unmapped);
 
   /// Logs a refused call (rate-limited) and returns `status`. `s` is null for
   /// a caller that could not be authenticated.
@@ -45,6 +54,9 @@ class BrokerCalls {
   Metrics& metrics() { return metrics_; }
 
  private:
+  absl::Status DoAllocate(const SessionView& s, const AllocateParams& params,
+                          v1::AllocateResponse* resp);
+
   Registry& registry_;
   Metrics& metrics_;
   RateLimiter warn_limiter_{10.0, 50.0};

@@ -106,6 +106,7 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_mapped_size(info.mapped_size);
   out->set_export_data(info.export_data);
   out->set_fence_region_id(info.fence_region_id);
+  out->set_allocation_id(info.allocation_id);
   out->set_fence_offset(info.fence_offset);
   out->set_fence_value(info.fence_value);
   out->set_device_uuid(info.device_uuid);
@@ -135,6 +136,8 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_reserved_bytes(d.usage.reserved_bytes);
     o->set_used_bytes(d.usage.used_bytes);
     o->set_free_bytes(d.usage.free_bytes);
+    o->set_kept_bytes(d.usage.kept_bytes);
+    o->set_unmapping_bytes(d.usage.unmapping_bytes);
     o->set_compute_capability(d.info.compute_capability);
     o->set_buffers(d.buffers);
   }
@@ -169,9 +172,13 @@ void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* 
   out->set_daemon_version(kVersion);
   out->set_backend(std::string(backend.name()));
   out->set_protocol_version(kProtocolVersion);
-  const uint64_t quick = backend.QuickAllocationLimit();
-  out->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
+  out->set_quick_allocation_limit(WireQuickAllocationLimit(backend));
   out->set_range_limit(backend.devices().empty() ? 0 : backend.RangeLimit(0));
+}
+
+uint64_t WireQuickAllocationLimit(const Backend& backend) {
+  const uint64_t quick = backend.QuickAllocationLimit();
+  return quick == UINT64_MAX ? 0 : quick;
 }
 
 AllocateParams FromProto(const v1::AllocateRequest& r) {

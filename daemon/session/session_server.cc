@@ -44,12 +44,19 @@ absl::Status SessionServer::Start(UniqueFd listener) {
       return absl::InternalError(StrCat("epoll_ctl: ", std::strerror(errno)));
     }
   }
+  // Requests to unmap come from whichever thread needs memory: the loop
+  // sends them, woken here.
+  registry_.set_unmap_notifier([this] {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  });
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
 
 void SessionServer::Stop() {
   if (!thread_.joinable()) return;
+  registry_.set_unmap_notifier(nullptr);
   stopping_ = true;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
@@ -89,7 +96,12 @@ void SessionServer::Loop() {
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == wake_.get()) continue;
+      if (fd == wake_.get()) {
+        uint64_t count = 0;
+        [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
+        SendUnmapRequests();
+        continue;
+      }
       if (fd == listener_.get()) {
         AcceptAll();
         continue;
@@ -180,8 +192,35 @@ SessionServer::Outcome SessionServer::OnReadable(Connection& c) {
   }
 }
 
+void SessionServer::SendUnmapRequests() {
+  const auto requests = registry_.TakeUnmapRequests();
+  if (requests.empty()) return;
+  std::vector<int> dropped;
+  for (const auto& [session, ids] : requests) {
+    for (auto& [fd, c] : connections_) {
+      if (c->session != session) continue;
+      v1::SessionFrame frame;
+      for (AllocationId id : ids) frame.mutable_unmap_request()->add_allocation_ids(id);
+      metrics_.UnmapRequested(ids.size());
+      if (SendFrame(*c, frame) == Outcome::kDrop) dropped.push_back(fd);
+      break;
+    }
+  }
+  for (int fd : dropped) {
+    auto it = connections_.find(fd);
+    if (it == connections_.end()) continue;
+    EndSession(*it->second, false);
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    connections_.erase(it);
+  }
+}
+
 SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
   switch (frame.body_case()) {
+    case v1::SessionFrame::kUnmapped:
+      if (c.session == 0) break;
+      calls_.Unmapped(c.view, frame.unmapped());
+      return Outcome::kKeep;
     case v1::SessionFrame::kHello:
       return OnHello(c, frame.hello());
     case v1::SessionFrame::kFdRequest:
@@ -258,7 +297,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   } else {
     switch (call.request_case()) {
       case v1::Call::kAllocate:
-        status = calls_.Allocate(c.view, call.allocate(), r->mutable_allocate());
+        status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
         break;
       case v1::Call::kOpen:
         // Waiting here would hold up this session's other calls and every

@@ -64,6 +64,8 @@ class SessionServer {
   Outcome OnFdRequest(Connection& c, const v1::FdRequest& request);
   Outcome OnCall(Connection& c, const v1::Call& call);
   Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, int fd = -1);
+  /// Sends the registry's requests to unmap to their sessions' clients.
+  void SendUnmapRequests();
   void EndSession(Connection& c, bool clean);
   void Warn(const std::string& message);
 

@@ -20,6 +20,7 @@ class FakeMapping final : public CachedMapping {
  public:
   FakeMapping(Unmaps& u, int id, uint64_t size) : u_(u), id_(id), size_(size) {}
   ~FakeMapping() override { u_.ids.insert(id_); }
+  void* data() const override { return nullptr; }
   uint64_t size() const override { return size_; }
   int id() const { return id_; }
 

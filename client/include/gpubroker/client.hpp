@@ -194,6 +194,11 @@ class GPUBROKER_API Client {
   void trim();
   /// @brief What this client did, by path, and its allocator's books.
   ClientStats stats() const;
+  /// @brief Unmaps every freed buffer's memory that this client keeps mapped
+  /// (ConnectOptions::mapping_cache_bytes), and tells the daemon, which may
+  /// then free it at once. The next buffer served from such memory imports
+  /// it anew.
+  void evict_mappings();
 
   /// @brief This client's session (id, tenant, daemon version, backend).
   const SessionInfo& session() const;

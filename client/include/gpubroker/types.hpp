@@ -162,6 +162,14 @@ struct ConnectOptions {
   /// Empty ranges the client keeps for its next allocations (charged to its
   /// tenant's quota while kept); beyond it they go back to the daemon.
   uint64_t retain_bytes = uint64_t{2} << 30;
+  /// Bytes of freed buffers' memory of their own (cuda-vmm, host-fd) that the
+  /// client keeps mapped, least recently kept out first, so that the next
+  /// buffer the daemon serves from the same memory needs no import
+  /// (docs/fast-path.md). The memory stays the daemon's: it asks the client
+  /// to unmap before it frees it. 0 turns the cache off; so does the
+  /// environment variable GPUBROKER_MAPPING_CACHE_BYTES=0 (which sets the
+  /// bound otherwise).
+  uint64_t mapping_cache_bytes = uint64_t{256} << 30;
 };
 
 /// @brief What this client did, by path: no slow path is silent. Totals
@@ -176,7 +184,14 @@ struct ClientStats {
   // Opens (and the owner's own map of a daemon-made buffer).
   uint64_t maps_mapped = 0;    ///< the memory was mapped already (arena, slab): a pointer
   uint64_t maps_imported = 0;  ///< imported and mapped anew
+  uint64_t maps_cached = 0;    ///< memory of its own kept mapped from an earlier buffer
   uint64_t opens_grpc = 0;     ///< the open itself went through gRPC (it waited)
+  // The mapping cache of memory of its own (cuda-vmm, host-fd).
+  uint64_t mapping_cache_hits = 0;       ///< maps that found the memory kept mapped
+  uint64_t mapping_cache_misses = 0;     ///< maps that imported it
+  uint64_t mapping_cache_evictions = 0;  ///< unmapped: for room, on request, by evict
+  uint64_t mapping_cache_entries = 0;    ///< allocations kept mapped now
+  uint64_t mapping_cache_bytes = 0;      ///< their bytes
   // The client's own allocator, now.
   uint64_t ranges = 0;
   uint64_t range_bytes = 0;

@@ -1,6 +1,7 @@
 #include "daemon/backend/cuda/arena_path.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "common/refusal.h"
@@ -18,6 +19,8 @@ namespace {
 constexpr uint64_t kAlignment = 512;
 constexpr uint64_t kSlabMin = uint64_t{64} << 20;
 constexpr uint64_t kSlabMax = uint64_t{2} << 30;
+// How long a slab waits for clients to unmap kept memory it needs.
+constexpr auto kDrainWait = std::chrono::seconds(2);
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -94,7 +97,7 @@ class ArenaBuffer final : public BackendBuffer {
 // `size` bytes: as large as the arena so far (64 MiB to 2 GiB), within what
 // the device may lend.
 absl::StatusOr<ExportedVmm> NewSlabMemory(CudaDeviceState& d, const std::string& tenant,
-                                          uint64_t arena_bytes, uint64_t size) {
+                                          uint64_t arena_bytes, uint64_t size, bool may_wait) {
   GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
   const uint64_t granularity = d.granularity();
   const uint64_t least = RoundUp(size, granularity);
@@ -105,8 +108,20 @@ absl::StatusOr<ExportedVmm> NewSlabMemory(CudaDeviceState& d, const std::string&
   cuda::ScopedDevice on(d.info.ordinal);
   GPUBROKER_RETURN_IF_ERROR(on.status());
   auto memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
-  if (memory.status().code() == absl::StatusCode::kResourceExhausted && d.kept.Drop() > 0) {
-    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+    // Kept memory goes first; what clients still map goes once they have
+    // unmapped it, which only a caller that may wait waits for.
+    const bool dropped = d.kept.Drop() > 0;
+    if (d.kept.draining_bytes() > 0) {
+      if (!may_wait) {
+        return AskThroughGrpc(StrCat("a slab for tenant '", tenant, "' on ", d.info.uuid,
+                                     " needs memory that clients are unmapping"));
+      }
+      d.kept.WaitDrained(kDrainWait);
+    }
+    if (dropped || d.kept.draining_bytes() == 0) {
+      memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+    }
   }
   if (!memory.ok() && want > least) {  // fuller than our books say: the least will do
     want = least;
@@ -136,7 +151,7 @@ std::shared_ptr<TenantArena> ArenaPath::ArenaFor(const std::string& tenant) {
 }
 
 absl::Status ArenaPath::Place(TenantArena& arena, const std::string& tenant, uint64_t size,
-                              std::shared_ptr<ArenaSlab>* slab, uint64_t* offset) {
+                              bool may_wait, std::shared_ptr<ArenaSlab>* slab, uint64_t* offset) {
   CudaDeviceState& d = *device_;
   absl::MutexLock lock(&arena.mu);
   for (const auto& s : arena.slabs) {
@@ -146,7 +161,7 @@ absl::Status ArenaPath::Place(TenantArena& arena, const std::string& tenant, uin
       return absl::OkStatus();
     }
   }
-  GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory, NewSlabMemory(d, tenant, arena.bytes, size));
+  GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory, NewSlabMemory(d, tenant, arena.bytes, size, may_wait));
   auto made = std::make_shared<ArenaSlab>(device_, std::move(memory));
   made->id = regions_.Add(tenant, made);
   arena.slabs.push_back(made);
@@ -167,7 +182,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const Allocat
   const uint64_t size = RoundUp(req.size, kAlignment);
   std::shared_ptr<ArenaSlab> slab;
   uint64_t offset = 0;
-  GPUBROKER_RETURN_IF_ERROR(Place(*arena, req.tenant, size, &slab, &offset));
+  GPUBROKER_RETURN_IF_ERROR(Place(*arena, req.tenant, size, req.may_wait, &slab, &offset));
   claim.Resize(size);
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;
@@ -188,7 +203,7 @@ absl::StatusOr<std::unique_ptr<LeasedRange>> ArenaPath::LeaseRange(const RangeRe
   const uint64_t length = RoundUp(req.length, kAlignment);
   std::shared_ptr<ArenaSlab> slab;
   uint64_t offset = 0;
-  GPUBROKER_RETURN_IF_ERROR(Place(*arena, req.tenant, length, &slab, &offset));
+  GPUBROKER_RETURN_IF_ERROR(Place(*arena, req.tenant, length, req.may_wait, &slab, &offset));
   counters_->used_bytes += length;
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;

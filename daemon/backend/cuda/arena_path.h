@@ -51,7 +51,7 @@ class ArenaPath final : public BufferPath {
  private:
   std::shared_ptr<TenantArena> ArenaFor(const std::string& tenant);
   /// `size` bytes of one of the tenant's slabs (a new slab when none has room).
-  absl::Status Place(TenantArena& arena, const std::string& tenant, uint64_t size,
+  absl::Status Place(TenantArena& arena, const std::string& tenant, uint64_t size, bool may_wait,
                      std::shared_ptr<ArenaSlab>* slab, uint64_t* offset);
 
   const std::shared_ptr<CudaDeviceState> device_;

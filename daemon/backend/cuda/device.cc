@@ -68,8 +68,4 @@ uint64_t CudaDeviceState::granularity() const {
   return std::max<uint64_t>(info.vmm_granularity, uint64_t{2} << 20);
 }
 
-void CudaDeviceState::MakeRoomForLent() {
-  if (lent->used() + kept.bytes() > lent->capacity()) kept.Drop();
-}
-
 }  // namespace gpubroker

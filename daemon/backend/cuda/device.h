@@ -62,8 +62,6 @@ struct CudaDeviceState {
   uint64_t capacity() const { return lent->capacity(); }
   /// The VMM granularity, at least 2 MiB.
   uint64_t granularity() const;
-  /// Drops the kept VMM allocations when lent and kept together pass the capacity.
-  void MakeRoomForLent();
 };
 
 /// One way of making GPU buffers on one device: arena slabs, CUDA pools, or

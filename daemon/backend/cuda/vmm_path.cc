@@ -99,13 +99,16 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const Allocatio
       memory = std::move(static_cast<KeptVmm&>(*kept->second)).Take();
     }
   }
-  if (!memory && !req.may_wait) {
+  if (!memory && (req.kept_only || !req.may_wait)) {
     // A new allocation may take over 0.1 s: not on the session socket's thread.
     return AskThroughGrpc(StrCat("no kept allocation of ", FormatBytes(size), " on ", d.info.uuid,
                                  " for tenant '", req.tenant, "'"));
   }
   if (!memory) {
-    d.MakeRoomForLent();  // lent (this request included) plus kept may not pass the capacity
+    // Lent (this request included) plus kept may not pass the capacity;
+    // kept memory that clients still map goes once they have unmapped it.
+    GPUBROKER_RETURN_IF_ERROR(
+        d.kept.MakeRoom(d.lent->used(), 0, d.capacity(), req.may_wait, kDrainWait, d.info.uuid));
     cuda::ScopedDevice on(d.info.ordinal);
     GPUBROKER_RETURN_IF_ERROR(on.status());
     const auto start = std::chrono::steady_clock::now();
@@ -145,6 +148,8 @@ void VmmPath::AddUsage(DeviceUsage& usage) const {
   const uint64_t live = live_bytes_->load();
   usage.reserved_bytes += live + device_->kept.bytes();
   usage.used_bytes += live;
+  usage.kept_bytes += device_->kept.bytes();
+  usage.unmapping_bytes += device_->kept.draining_bytes();
 }
 
 }  // namespace gpubroker
