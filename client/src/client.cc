@@ -207,10 +207,10 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   if (detail::ClientImpl::DebugOn()) {
     detail::ClientImpl::Debug(StrCat(
         "allocate ", FormatBytes(size), ": the daemon's, on ",
-        on_session ? (route == AllocateRoute::kSessionIfKept ? "session.sock (a kept allocation)"
-                                                             : "session.sock")
-                   : (route == AllocateRoute::kSessionIfKept ? "gRPC (no kept allocation)"
-                                                             : "gRPC"),
+        on_session
+            ? (route == AllocateRoute::kSessionIfKept ? "session.sock (a kept allocation)"
+                                                      : "session.sock")
+            : (route == AllocateRoute::kSessionIfKept ? "gRPC (no kept allocation)" : "gRPC"),
         " (", resp.buffer().backing(), ")"));
   }
   BufferInfo info = detail::FromProto(resp.buffer());

@@ -240,11 +240,11 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
   std::unique_ptr<Mapping> m = MapMemory(import, id, &path);
   Count(path);
   if (DebugOn()) {
-    const char* how = path == Path::kMapped ? "mapped already"
-                      : path == Path::kCached
-                          ? "mapping-cache hit"
-                          : (import.allocation_id() != 0 ? "imported (mapping-cache miss)"
-                                                         : "imported");
+    const char* how =
+        path == Path::kMapped ? "mapped already"
+        : path == Path::kCached
+            ? "mapping-cache hit"
+            : (import.allocation_id() != 0 ? "imported (mapping-cache miss)" : "imported");
     Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size()), "): ", how));
   }
   return m;

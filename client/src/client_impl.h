@@ -317,8 +317,7 @@ std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t add
 std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescriptor& import);
 /// A VMM buffer over its mapped memory (imported now, or kept in the cache).
 std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
-                                          uint64_t fence_page,
-                                          const v1::ImportDescriptor& import);
+                                          uint64_t fence_page, const v1::ImportDescriptor& import);
 #endif
 
 // Conversions to and from the wire (convert.cc).

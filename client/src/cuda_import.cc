@@ -310,8 +310,7 @@ std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescri
 }
 
 std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
-                                          uint64_t fence_page,
-                                          const v1::ImportDescriptor& import) {
+                                          uint64_t fence_page, const v1::ImportDescriptor& import) {
   return std::make_unique<VmmView>(Ordinal(import.device_uuid()), std::move(memory), fence_page,
                                    import);
 }

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 
 #include "common/refusal.h"
@@ -351,14 +351,15 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateOwn(
                                          keep_for, kept_, lent_);
     }
     if (req.kept_only) {
-      return AskThroughGrpc(StrCat("no kept memfd of ", FormatBytes(size), " for tenant '",
-                                   req.tenant, "'"));
+      return AskThroughGrpc(
+          StrCat("no kept memfd of ", FormatBytes(size), " for tenant '", req.tenant, "'"));
     }
   }
   GPUBROKER_RETURN_IF_ERROR(MakeRoom(size, req.may_wait));
   GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, lent_->Take(size));
   GPUBROKER_ASSIGN_OR_RETURN(
-      UniqueFd fd, CreateSealedMemfd(keep_for.empty() ? "gpubroker:shared" : "gpubroker:own", size));
+      UniqueFd fd,
+      CreateSealedMemfd(keep_for.empty() ? "gpubroker:shared" : "gpubroker:own", size));
   auto memory = std::make_unique<OwnMemfd>(std::move(fd), size, own_memfds_);
   const AllocationId id = keep_for.empty() ? 0 : NewAllocationId();
   return std::make_unique<OwnBuffer>(std::move(memory), std::move(claim), id, keep_for, kept_,

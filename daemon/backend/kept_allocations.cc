@@ -146,8 +146,8 @@ absl::Status KeptAllocations::MakeRoom(uint64_t lent, uint64_t more, uint64_t ca
   const uint64_t draining = draining_bytes();
   if (draining == 0) return absl::OkStatus();  // the capacity itself refuses, if it must
   if (!may_wait) {
-    return AskThroughGrpc(StrCat(FormatBytes(draining), " on ", what,
-                                 " wait for clients to unmap them"));
+    return AskThroughGrpc(
+        StrCat(FormatBytes(draining), " on ", what, " wait for clients to unmap them"));
   }
   WaitDrained(wait);
   if (fits() || draining_bytes() == 0) return absl::OkStatus();

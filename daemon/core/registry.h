@@ -260,8 +260,8 @@ class Registry final : public MappingHolders {
     absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
     absl::flat_hash_set<BufferId> owned;
     absl::flat_hash_set<RangeId> ranges;
-    std::vector<ReturnedBlock> returned;  // not yet told to the client
-    ClientCounters counters;              // as last reported
+    std::vector<ReturnedBlock> returned;       // not yet told to the client
+    ClientCounters counters;                   // as last reported
     absl::flat_hash_set<AllocationId> mapped;  // kept mapped after their buffers went
     std::vector<AllocationId> unmap_asked;     // requests to unmap, not yet sent
   };
@@ -342,8 +342,7 @@ class Registry final : public MappingHolders {
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
   // Who keeps which allocation mapped after its buffers went.
-  absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_ ABSL_GUARDED_BY(mu_);
   std::function<void()> unmap_notifier_ ABSL_GUARDED_BY(mu_);
 };
 

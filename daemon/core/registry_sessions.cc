@@ -71,7 +71,6 @@ SessionEndReport Registry::EndSession(SessionId id) {
 }
 
 void Registry::EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead) {
-
   std::vector<BufferId> touched;
   for (const auto& [buffer_id, count] : session.leases) {
     auto b = buffers_.find(buffer_id);

@@ -352,6 +352,13 @@ std::string Helper::Send(const std::string& command, std::chrono::milliseconds t
   return Reply(timeout);
 }
 
+int64_t Helper::Stat(const std::string& key) {
+  const std::string s = " " + Ok("stats") + " ";
+  const size_t at = s.find(" " + key + "=");
+  if (at == std::string::npos) return -1;
+  return std::stoll(s.substr(at + key.size() + 2));
+}
+
 std::string Helper::Ok(const std::string& command, std::chrono::milliseconds timeout) {
   const std::string reply = Send(command, timeout);
   EXPECT_EQ(reply.rfind("ok", 0), 0u) << "'" << command << "' got: " << reply;

@@ -128,6 +128,8 @@ class Helper {
   std::string Ok(const std::string& command,
                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
   void Kill9();
+  /// One figure of the client's "stats" line (its ClientStats); -1 when absent.
+  int64_t Stat(const std::string& key);
   /// "exit" and wait; returns the exit code.
   int Exit();
 

@@ -215,7 +215,21 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
            " in_use_bytes=" + std::to_string(s.in_use_bytes) +
            " quarantined_bytes=" + std::to_string(s.quarantined_bytes) +
            " maps_mapped=" + std::to_string(s.maps_mapped) +
-           " maps_imported=" + std::to_string(s.maps_imported);
+           " maps_imported=" + std::to_string(s.maps_imported) +
+           " maps_cached=" + std::to_string(s.maps_cached) +
+           " cache_hits=" + std::to_string(s.mapping_cache_hits) +
+           " cache_misses=" + std::to_string(s.mapping_cache_misses) +
+           " cache_evictions=" + std::to_string(s.mapping_cache_evictions) +
+           " cache_entries=" + std::to_string(s.mapping_cache_entries) +
+           " cache_bytes=" + std::to_string(s.mapping_cache_bytes);
+  }
+  if (cmd == "evict") {  // unmap every kept mapping
+    client.evict_mappings();
+    return "ok";
+  }
+  if (cmd == "addr") {  // where the buffer is mapped in this process
+    need(2);
+    return "ok " + std::to_string(reinterpret_cast<uintptr_t>(buffer(w[1]).data()));
   }
   if (cmd == "seal") {
     need(2);

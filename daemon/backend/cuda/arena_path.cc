@@ -161,7 +161,8 @@ absl::Status ArenaPath::Place(TenantArena& arena, const std::string& tenant, uin
       return absl::OkStatus();
     }
   }
-  GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory, NewSlabMemory(d, tenant, arena.bytes, size, may_wait));
+  GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory,
+                             NewSlabMemory(d, tenant, arena.bytes, size, may_wait));
   auto made = std::make_shared<ArenaSlab>(device_, std::move(memory));
   made->id = regions_.Add(tenant, made);
   arena.slabs.push_back(made);
