@@ -100,6 +100,31 @@ absl::Status SendAll(int fd, std::string_view bytes, int pass_fd) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<size_t> SendSome(int fd, std::string_view bytes, int pass_fd) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    std::memset(control, 0, sizeof(control));
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &pass_fd, sizeof(int));
+  }
+  for (;;) {
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return ErrnoStatus("sendmsg", errno);
+  }
+}
+
 absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<UniqueFd>* fds) {
   iovec iov{buf, cap};
   msghdr msg{};

@@ -34,6 +34,12 @@ absl::StatusOr<PeerCredentials> GetPeerCredentials(int fd);
 /// UNAVAILABLE when the peer's buffer is full. Never raises SIGPIPE.
 absl::Status SendAll(int fd, std::string_view bytes, int pass_fd = -1);
 
+/// Writes what the socket takes now of `bytes` (non-blocking), attaching
+/// `pass_fd` (if >= 0) to the first byte written. Returns the bytes written:
+/// 0 when the peer's buffer is full (nothing written, the descriptor not sent).
+/// Never raises SIGPIPE; UNAVAILABLE when the peer is gone.
+absl::StatusOr<size_t> SendSome(int fd, std::string_view bytes, int pass_fd = -1);
+
 struct Received {
   size_t bytes = 0;
   bool eof = false;  // the peer closed; bytes == 0 and !eof means "would block"

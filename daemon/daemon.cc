@@ -26,7 +26,9 @@
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
+#include "daemon/service/grpc_acceptor.h"
 #include "daemon/session/session_server.h"
+#include "daemon/util/descriptors.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
@@ -171,23 +173,36 @@ absl::Status Daemon::StartGrpc() {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(StrCat("unix:", grpc_path_), grpc::InsecureServerCredentials());
+  // No listening port: the acceptor takes gpubroker.sock's connections and
+  // hands them to the server (see GrpcAcceptor for why).
   builder.RegisterService(service_.get());
   grpc::ResourceQuota quota("gpubrokerd");
   quota.SetMaxThreads(1024);  // Open(wait) holds a thread while it waits
   builder.SetResourceQuota(quota);
-  // gRPC creates the socket file itself: make it 0660 from the first instant.
-  const mode_t old_umask = ::umask(0117);
   server_ = builder.BuildAndStart();
-  ::umask(old_umask);
   if (!server_) {
-    return absl::FailedPreconditionError(StrCat("cannot serve gRPC on ", grpc_path_));
+    return absl::FailedPreconditionError(StrCat("cannot start the gRPC server"));
   }
   SetServing(false);
-  return SetSocketOwner(grpc_path_, options_.socket_group);
+  auto listener = ListenUnix(grpc_path_, kSocketMode);
+  if (!listener.ok()) return listener.status();
+  if (auto s = SetSocketOwner(grpc_path_, options_.socket_group); !s.ok()) return s;
+  GrpcAcceptor::Options acceptor_options;
+  acceptor_options.max_connections_per_uid = options_.max_grpc_connections_per_uid;
+  grpc_acceptor_ =
+      std::make_unique<GrpcAcceptor>(*descriptors_, *reserve_, metrics_.get(), acceptor_options);
+  return grpc_acceptor_->Start(std::move(*listener), server_.get());
 }
 
 absl::Status Daemon::Start() {
+  // Every client connection and every shared buffer costs a descriptor.
+  const DescriptorLimit limit = RaiseDescriptorLimit();
+  descriptor_limit_ = limit.soft;
+  if (limit.soft != limit.was) {
+    spdlog::info("descriptor limit raised from {} to {}", limit.was, limit.soft);
+  }
+  descriptors_ = std::make_unique<DescriptorBudget>(DescriptorBudget::LimitFor(limit.soft));
+  reserve_ = std::make_unique<ReserveDescriptor>();
   if (auto s = PrepareSocketDir(); !s.ok()) return s;
 
   auto choice = CreateBackend(options_);
@@ -197,12 +212,21 @@ absl::Status Daemon::Start() {
 
   auto tenants = TenantDirectory::Create(options_.tenants, options_.default_quota_bytes);
   if (!tenants.ok()) return tenants.status();
-  registry_ = std::make_unique<Registry>(*backend_, std::move(*tenants));
+  RegistryLimits limits;
+  limits.max_buffers_per_tenant = options_.max_buffers_per_tenant;
+  limits.max_descriptors_per_tenant = options_.max_descriptors_per_tenant;
+  limits.descriptors = descriptors_.get();
+  registry_ = std::make_unique<Registry>(*backend_, std::move(*tenants), Registry::Clock(), limits);
 
   metrics_ = std::make_unique<Metrics>([this] {
     MetricsSample s;
     const RegistrySnapshot snap = registry_->Snapshot();
     s.sessions = snap.sessions;
+    s.session_connections = sessions_ ? sessions_->connections() : 0;
+    s.grpc_connections = grpc_acceptor_ ? grpc_acceptor_->connections() : 0;
+    s.open_descriptors = CountOpenDescriptors();
+    s.descriptor_limit = descriptor_limit_;
+    s.client_descriptors = descriptors_->in_use();
     const auto& devices = backend_->devices();
     for (size_t i = 0; i < devices.size(); ++i) {
       const DeviceUsage u = backend_->Usage(static_cast<int>(i));
@@ -222,8 +246,9 @@ absl::Status Daemon::Start() {
   if (auto s = SetSocketOwner(session_path_, options_.socket_group); !s.ok()) return s;
   SessionServer::Options session_options;
   session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
+  session_options.max_sessions_per_uid = options_.max_sessions_per_uid;
   calls_ = std::make_unique<BrokerCalls>(*registry_, metrics_.get());
-  sessions_ = std::make_unique<SessionServer>(*calls_, session_options);
+  sessions_ = std::make_unique<SessionServer>(*calls_, *descriptors_, *reserve_, session_options);
 
   if (auto s = StartGrpc(); !s.ok()) return s;
   if (auto s = sessions_->Start(std::move(*listener)); !s.ok()) return s;
@@ -278,6 +303,7 @@ void Daemon::Shutdown() {
   if (registry_) registry_->BeginShutdown();
   if (sessions_) sessions_->Stop();
   spdlog::debug("sessions ended");
+  if (grpc_acceptor_) grpc_acceptor_->Stop();
   // In-flight calls already answer UNAVAILABLE (the registry is shutting down);
   // the grace period only has to let those answers out.
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
@@ -293,6 +319,7 @@ void Daemon::Shutdown() {
   StopExposer(exposer_, metrics_bound_);
   spdlog::debug("metrics stopped");
   server_.reset();
+  grpc_acceptor_.reset();
   service_.reset();
   sessions_.reset();
   calls_.reset();

@@ -24,6 +24,9 @@ class Metrics;
 class SessionServer;
 class BrokerService;
 class BrokerCalls;
+class GrpcAcceptor;
+class DescriptorBudget;
+class ReserveDescriptor;
 
 /// gpubrokerd's parts, wired together: backend, registry, session socket,
 /// gRPC service, metrics, TTL reaper.
@@ -56,6 +59,9 @@ class Daemon {
   UniqueFd lock_fd_;
   std::string backend_why_;
   std::string metrics_bound_;
+  uint64_t descriptor_limit_ = 0;
+  std::unique_ptr<DescriptorBudget> descriptors_;
+  std::unique_ptr<ReserveDescriptor> reserve_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<Metrics> metrics_;
@@ -64,6 +70,7 @@ class Daemon {
   std::unique_ptr<SessionServer> sessions_;
   std::unique_ptr<BrokerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   absl::Notification stop_reaper_;
   std::thread reaper_;
   bool started_ = false;

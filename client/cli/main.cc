@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -184,7 +185,9 @@ int Run(int argc, char** argv) {
       } else if (a == "--ttl") {
         auto ms = gpubroker::ParseDurationMs(value());
         if (!ms.ok()) throw UsageError{std::string(gpubroker::View(ms.status().message()))};
-        options.ttl = std::chrono::milliseconds(*ms);
+        // Saturated, not wrapped: the daemon refuses a TTL over its limit by name.
+        options.ttl =
+            std::chrono::milliseconds(std::min<uint64_t>(*ms, std::numeric_limits<int64_t>::max()));
       } else if (a.starts_with("--")) {
         throw UsageError{StrCat("unknown option ", a, " for alloc")};
       } else if (size_text.empty()) {

@@ -102,6 +102,7 @@ Client Client::connect(const std::string& socket_dir, const ConnectOptions& opti
 }
 
 Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
+  if (options.ttl.count() < 0) ThrowError(ErrorCode::kInvalidArgument, "ttl must not be negative");
   v1::AllocateRequest req;
   req.set_size(size);
   req.set_device(options.device);

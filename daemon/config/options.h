@@ -29,7 +29,11 @@ struct DaemonOptions {
   uint64_t vmm_threshold = uint64_t{2} << 30;
   uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
   std::string small_buffers = "arena";       // "arena" or "pool"
-  std::vector<TenantSpec> tenants;           // config file only
+  uint32_t max_sessions_per_uid = 256;       // 0: no cap
+  uint32_t max_grpc_connections_per_uid = 256;
+  uint32_t max_buffers_per_tenant = 65536;
+  uint32_t max_descriptors_per_tenant = 1024;
+  std::vector<TenantSpec> tenants;  // config file only
 };
 
 struct OptionSpec {

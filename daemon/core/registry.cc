@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -35,6 +36,14 @@ std::string BackingName(ImportKind kind) {
   return "unknown";
 }
 
+// Unix ms at which a TTL that starts at `now` passes, without signed overflow
+// (ttl_ms is at most kMaxTtlMs, checked before this is called).
+int64_t ExpiryTime(int64_t now, uint64_t ttl_ms) {
+  const auto ttl = static_cast<int64_t>(std::min<uint64_t>(ttl_ms, kMaxTtlMs));
+  if (now > std::numeric_limits<int64_t>::max() - ttl) return std::numeric_limits<int64_t>::max();
+  return now + ttl;
+}
+
 // Waits are cut into slices so that a cancelled call is noticed promptly.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
@@ -49,8 +58,8 @@ std::string BufferKey::ToString() const {
   return id != 0 ? StrCat("id ", id) : StrCat("'", name, "'");
 }
 
-Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock)
-    : backend_(backend), tenants_(std::move(tenants)), clock_(std::move(clock)) {}
+Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, RegistryLimits limits)
+    : backend_(backend), tenants_(std::move(tenants)), clock_(std::move(clock)), limits_(limits) {}
 
 Registry::~Registry() { ReleaseAll(); }
 
@@ -188,7 +197,10 @@ void Registry::MarkFreed(Buffer& b) {
     auto n = names_.find(b.view.name);
     if (n != names_.end() && n->second == b.view.id) names_.erase(n);
   }
-  if (b.view.expires_unix_ms != 0) expiries_.erase({b.view.expires_unix_ms, b.view.id});
+  if (b.in_expiries) {
+    expiries_.erase({b.view.expires_unix_ms, b.view.id});
+    b.in_expiries = false;
+  }
   changed_.SignalAll();
 }
 
@@ -201,6 +213,10 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
   Tenant& t = tenant_usage_[b.view.tenant];
   t.used_bytes -= bytes;
   t.buffers--;
+  if (b.owns_descriptor) {
+    t.descriptors--;
+    if (limits_.descriptors != nullptr) limits_.descriptors->Release();
+  }
   dead.push_back(std::move(b.memory));
   buffers_.erase(it);
   return bytes;
@@ -209,6 +225,11 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
 absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const AllocateParams& p) {
   // Validation that needs no lock.
   if (p.size == 0) return absl::InvalidArgumentError("size must be at least 1 byte");
+  if (p.ttl_ms > kMaxTtlMs) {
+    return absl::InvalidArgumentError(
+        StrCat("ttl_ms ", p.ttl_ms, " exceeds the limit of ", kMaxTtlMs,
+               " ms (10 years); a buffer meant to stay is allocated with keep and no TTL"));
+  }
   if (!p.name.empty()) {
     if (auto s = ValidateName(p.name); !s.ok()) return s;
   }
@@ -232,6 +253,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   std::vector<std::string> share_with;
   const bool isolated_hint = !p.share_with.empty();
   const uint64_t rounded = backend_.RoundedSize(*device, p.size, isolated_hint);
+  bool owns_descriptor = false;
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
@@ -255,6 +277,32 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
                             usage.used_bytes, " of ", quota, " in use, ", left, " left")),
                         "quota");
     }
+    if (limits_.max_buffers_per_tenant != 0 && usage.buffers >= limits_.max_buffers_per_tenant) {
+      return WithReason(absl::ResourceExhaustedError(StrCat(
+                            "tenant '", tenant, "' holds ", usage.buffers,
+                            " buffers, the limit (max_buffers_per_tenant); free some first")),
+                        "limit");
+    }
+    owns_descriptor = backend_.OwnsDescriptor(*device, p.size, !share_with.empty());
+    if (owns_descriptor) {
+      if (limits_.max_descriptors_per_tenant != 0 &&
+          usage.descriptors >= limits_.max_descriptors_per_tenant) {
+        return WithReason(
+            absl::ResourceExhaustedError(StrCat(
+                "tenant '", tenant, "' holds ", usage.descriptors,
+                " buffers with a descriptor of their own (shared across tenants or large), the "
+                "limit (max_descriptors_per_tenant); free some first")),
+            "limit");
+      }
+      if (limits_.descriptors != nullptr && !limits_.descriptors->TryCharge()) {
+        return WithReason(absl::ResourceExhaustedError(
+                              StrCat("gpubrokerd holds ", limits_.descriptors->in_use(), " of the ",
+                                     limits_.descriptors->limit(),
+                                     " descriptors it may hold for clients; try again later")),
+                          "limit");
+      }
+      usage.descriptors++;
+    }
     // Reserve quota and name before the backend call, which runs unlocked.
     usage.used_bytes += rounded;
     usage.buffers++;
@@ -274,6 +322,10 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   auto roll_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     usage.used_bytes -= rounded;
     usage.buffers--;
+    if (owns_descriptor) {
+      usage.descriptors--;
+      if (limits_.descriptors != nullptr) limits_.descriptors->Release();
+    }
     if (!p.name.empty()) names_.erase(p.name);
   };
   if (!memory.ok()) {
@@ -307,9 +359,11 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   b.view.shared_with = std::move(share_with);
   b.view.owner_session = session_id;
   b.view.created_unix_ms = Now();
+  b.owns_descriptor = owns_descriptor;
   if (p.ttl_ms != 0) {
-    b.view.expires_unix_ms = b.view.created_unix_ms + static_cast<int64_t>(p.ttl_ms);
+    b.view.expires_unix_ms = ExpiryTime(b.view.created_unix_ms, p.ttl_ms);
     expiries_.emplace(b.view.expires_unix_ms, b.view.id);
+    b.in_expiries = true;
   }
   b.memory = std::move(*memory);
   b.view.backing = BackingName(b.memory->import_info().kind);
@@ -477,8 +531,14 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   while (!expiries_.empty() && expiries_.begin()->first <= now_unix_ms) {
+    // The entry goes before anything else happens, so that each pass of this
+    // loop consumes one entry whatever the books say about its buffer.
     const BufferId id = expiries_.begin()->second;
-    MarkFreed(buffers_.at(id));  // also erases the expiry
+    expiries_.erase(expiries_.begin());
+    auto it = buffers_.find(id);
+    if (it == buffers_.end()) continue;
+    it->second.in_expiries = false;
+    MarkFreed(it->second);
     report.buffers_expired++;
     const uint64_t bytes = MaybeDestroy(id, dead);
     if (bytes > 0) {
@@ -546,6 +606,7 @@ uint64_t Registry::ReleaseAll() {
   shutting_down_ = true;
   for (auto& [id, b] : buffers_) {
     bytes += b.view.reserved_size;
+    if (b.owns_descriptor && limits_.descriptors != nullptr) limits_.descriptors->Release();
     dead.push_back(std::move(b.memory));
   }
   buffers_.clear();

@@ -19,6 +19,7 @@
 #include "daemon/backend/backend.h"
 #include "daemon/core/tenants.h"
 #include "daemon/core/types.h"
+#include "daemon/util/descriptors.h"
 
 namespace gpubroker {
 
@@ -27,6 +28,11 @@ inline constexpr const char* kRefusalReasonKey = "gpubroker.v1/reason";
 
 /// "quota", "out_of_memory", or "" for a status that carries no reason.
 std::string RefusalReason(const absl::Status& status);
+
+/// The longest TTL a buffer may have (ten years). Longer ones are refused with
+/// INVALID_ARGUMENT rather than saturated: a TTL that large is a mistake (or an
+/// attempt to wrap the expiry time), and a buffer meant to stay uses `keep`.
+inline constexpr uint64_t kMaxTtlMs = uint64_t{10} * 365 * 24 * 3600 * 1000;
 
 struct SessionView {
   SessionId id = 0;
@@ -67,7 +73,7 @@ struct AllocateParams {
   std::string name;
   std::optional<TensorDesc> tensor;
   bool keep = false;
-  uint64_t ttl_ms = 0;
+  uint64_t ttl_ms = 0;  // 0: none; at most kMaxTtlMs
   std::vector<std::string> share_with;
 };
 
@@ -124,6 +130,20 @@ struct RegistrySnapshot {
   std::vector<uint64_t> used_bytes_by_device;
 };
 
+/// Count limits that keep one tenant from exhausting what all tenants share.
+struct RegistryLimits {
+  /// Buffers a tenant may hold at once (freed ones that still hold memory
+  /// included); 0: no limit.
+  uint32_t max_buffers_per_tenant = 0;
+  /// Buffers with a descriptor of their own (shared across tenants, or large
+  /// GPU buffers) a tenant may hold at once: the daemon holds one descriptor
+  /// for each. 0: no limit.
+  uint32_t max_descriptors_per_tenant = 0;
+  /// The daemon's descriptor budget, charged one per such buffer (shared with
+  /// the sockets' connections); null: not charged.
+  DescriptorBudget* descriptors = nullptr;
+};
+
 /// The broker's books: sessions, buffers, names, leases, tenants and quotas.
 ///
 /// Rules it enforces:
@@ -143,7 +163,7 @@ class Registry {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
-  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {});
+  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, RegistryLimits limits = {});
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -200,11 +220,14 @@ class Registry {
   struct Buffer {
     BufferView view;
     bool freed = false;
+    bool in_expiries = false;      // {view.expires_unix_ms, id} is in expiries_
+    bool owns_descriptor = false;  // counted in Tenant::descriptors and the budget
     std::shared_ptr<BackendBuffer> memory;
   };
   struct Tenant {
     uint64_t used_bytes = 0;  // reserved bytes of its buffers, pending ones included
     uint32_t buffers = 0;
+    uint32_t descriptors = 0;  // buffers with a descriptor of their own, pending ones included
     uint32_t sessions = 0;
   };
   using Graveyard = std::vector<std::shared_ptr<BackendBuffer>>;
@@ -223,6 +246,7 @@ class Registry {
   Backend& backend_;
   const TenantDirectory tenants_;
   const Clock clock_;
+  const RegistryLimits limits_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // a buffer appeared, was sealed or freed; shutdown began

@@ -31,6 +31,19 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     add(gauge("gpubroker_build_info", "Version of the running gpubrokerd (always 1)."),
         {{"version", kVersion}}, 1);
     add(gauge("gpubroker_sessions", "Client sessions open now."), {}, s.sessions);
+    auto& connections = gauge("gpubroker_connections", "Client connections open now, by socket.");
+    add(connections, {{"socket", "session"}}, static_cast<double>(s.session_connections));
+    add(connections, {{"socket", "grpc"}}, static_cast<double>(s.grpc_connections));
+    if (s.open_descriptors >= 0) {
+      add(gauge("gpubroker_open_descriptors", "Descriptors the daemon holds open now."), {},
+          static_cast<double>(s.open_descriptors));
+    }
+    add(gauge("gpubroker_descriptor_limit", "The daemon's limit on open descriptors."), {},
+        static_cast<double>(s.descriptor_limit));
+    add(gauge("gpubroker_client_descriptors",
+              "Descriptors held for clients: connections and buffers with a descriptor of "
+              "their own."),
+        {}, static_cast<double>(s.client_descriptors));
 
     auto& buffers = gauge("gpubroker_buffers", "Buffers holding memory, by device and tenant.");
     auto& bytes =
@@ -100,6 +113,20 @@ Metrics::Metrics(Sampler sampler)
   alloc_quota_ = &allocations_.Add({{"result", "quota"}});
   alloc_oom_ = &allocations_.Add({{"result", "out_of_memory"}});
   alloc_invalid_ = &allocations_.Add({{"result", "invalid"}});
+  alloc_limit_ = &allocations_.Add({{"result", "limit"}});
+  auto& refused = prometheus::BuildCounter()
+                      .Name("gpubroker_connections_refused_total")
+                      .Help(
+                          "Connections turned away at accept, by socket and reason: uid_limit "
+                          "(the uid holds as many as it may) or descriptors (the daemon is at "
+                          "its descriptor budget or limit).")
+                      .Register(*registry_);
+  for (int socket = 0; socket < 2; ++socket) {
+    for (int why = 0; why < 2; ++why) {
+      refused_[socket][why] = &refused.Add({{"socket", socket == 0 ? "session" : "grpc"},
+                                            {"reason", why == 0 ? "uid_limit" : "descriptors"}});
+    }
+  }
   sessions_closed_ = &sessions_total_.Add({{"end", "closed"}});
   sessions_died_ = &sessions_total_.Add({{"end", "died"}});
   for (const char* r : {"ok", "not_found", "not_sealed", "timeout", "invalid", "unavailable"}) {
@@ -116,6 +143,7 @@ std::string_view Metrics::AllocationResult(const absl::Status& status) {
   const std::string reason = RefusalReason(status);
   if (reason == "quota") return "quota";
   if (reason == "out_of_memory") return "out_of_memory";
+  if (reason == "limit") return "limit";
   return "invalid";
 }
 
@@ -145,6 +173,8 @@ void Metrics::Allocation(std::string_view result, double seconds) {
     alloc_quota_->Increment();
   } else if (result == "out_of_memory") {
     alloc_oom_->Increment();
+  } else if (result == "limit") {
+    alloc_limit_->Increment();
   } else {
     alloc_invalid_->Increment();
   }
@@ -165,5 +195,9 @@ void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<doubl
 void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_)->Increment(); }
 
 void Metrics::SessionStarted() { sessions_started_.Increment(); }
+
+void Metrics::ConnectionRefused(Socket socket, Refusal why) {
+  refused_[socket == Socket::kSession ? 0 : 1][why == Refusal::kUidLimit ? 0 : 1]->Increment();
+}
 
 }  // namespace gpubroker

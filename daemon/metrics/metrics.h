@@ -38,6 +38,11 @@ struct MetricsSample {
     uint64_t quota_bytes = 0;
   };
   uint32_t sessions = 0;
+  uint64_t session_connections = 0;  // on session.sock, Hello said or not
+  uint64_t grpc_connections = 0;
+  int64_t open_descriptors = -1;    // -1: unknown
+  uint64_t descriptor_limit = 0;    // RLIMIT_NOFILE (soft)
+  uint64_t client_descriptors = 0;  // charged to the descriptor budget
   std::vector<Device> devices;
   std::vector<Cell> cells;
   std::vector<Tenant> tenants;
@@ -54,12 +59,21 @@ class Metrics {
   /// What an exposer serves: the counters and histograms, and the gauges.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
-  /// result: ok, quota, out_of_memory, invalid (any other refusal counts as invalid).
+  /// The socket a connection came to.
+  enum class Socket { kSession, kGrpc };
+  /// Why a connection was turned away at accept.
+  enum class Refusal {
+    kUidLimit,     // the uid holds as many connections as it may
+    kDescriptors,  // the daemon's descriptor budget, or the kernel's limit, is reached
+  };
+
+  /// result: ok, quota, out_of_memory, limit, invalid (any other refusal counts as invalid).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
   void Reclaimed(uint64_t bytes);
   void SessionEnded(bool clean);
   void SessionStarted();
+  void ConnectionRefused(Socket socket, Refusal why);
 
   /// The label for an Allocate outcome.
   static std::string_view AllocationResult(const absl::Status& status);
@@ -80,6 +94,8 @@ class Metrics {
   prometheus::Counter* alloc_quota_;
   prometheus::Counter* alloc_oom_;
   prometheus::Counter* alloc_invalid_;
+  prometheus::Counter* alloc_limit_;
+  prometheus::Counter* refused_[2][2];  // [Socket][Refusal]
   prometheus::Counter* sessions_closed_;
   prometheus::Counter* sessions_died_;
   prometheus::Counter& sessions_started_;
