@@ -151,8 +151,7 @@ void GrpcAcceptor::OutOfDescriptors() {
   listening_ = false;
   resume_accepting_ = std::chrono::steady_clock::now() + kAcceptBackoff;
   Warn(StrCat("gpubroker.sock: accept: ", std::strerror(err), " (", CountOpenDescriptors(),
-              " descriptors open); turning connections away for ", kAcceptBackoff.count(),
-              " ms"));
+              " descriptors open); turning connections away for ", kAcceptBackoff.count(), " ms"));
 }
 
 void GrpcAcceptor::Admit(UniqueFd fd) {

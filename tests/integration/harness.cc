@@ -23,6 +23,14 @@
 
 namespace gpubroker::testing {
 
+namespace {
+// A child that dies must fail its test, not kill the test binary on its next write.
+const bool kSigpipeIgnored = [] {
+  ::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+}  // namespace
+
 std::string BinDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
@@ -173,18 +181,12 @@ int Process::Wait(std::chrono::milliseconds timeout) {
 
 // Daemon -----------------------------------------------------------------------
 
-Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml) {
-  std::vector<std::string> argv = {BinDir() + "/gpubrokerd",
-                                   "--socket-dir",
-                                   dir_.path(),
-                                   "--metrics-address",
-                                   "127.0.0.1:0",
-                                   "--hello-timeout",
-                                   "300ms",
-                                   "--backend",
-                                   "host",
-                                   "--host-pool-bytes",
-                                   "256MiB"};
+Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml,
+               std::vector<std::string> launcher) {
+  std::vector<std::string> argv = std::move(launcher);
+  argv.insert(argv.end(), {BinDir() + "/gpubrokerd", "--socket-dir", dir_.path(),
+                           "--metrics-address", "127.0.0.1:0", "--hello-timeout", "300ms",
+                           "--backend", "host", "--host-pool-bytes", "256MiB"});
   if (!config_yaml.empty()) {
     const std::string path = dir_.path() + "/gpubroker.yaml";
     std::ofstream(path) << config_yaml;
@@ -300,6 +302,39 @@ int Helper::Exit() {
 }
 
 // Utilities --------------------------------------------------------------------
+
+std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv) {
+  const std::string id = std::to_string(uid);
+  std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=" + id, "--regid=" + id,
+                                  "--groups=0", "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start after ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::strtod(field.c_str(), nullptr);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+int OpenDescriptors(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return ec ? -1 : n;
+}
 
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -65,8 +65,10 @@ class Process {
 class Daemon {
  public:
   /// Starts and waits for the start line. `config_yaml` (if any) is written to
-  /// a file and passed with --config.
-  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "");
+  /// a file and passed with --config. `launcher` (e.g. prlimit and its
+  /// arguments) is put before the daemon's command line; it must exec it.
+  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "",
+                  std::vector<std::string> launcher = {});
   ~Daemon();
 
   bool ok() const { return ok_; }
@@ -122,6 +124,17 @@ class Helper {
   bool ok_ = false;
   bool gone_ = false;
 };
+
+/// `argv` run as another user, through setpriv: real and effective uid and
+/// gid `uid`, supplementary group 0 only (so that the 0660 root:root sockets
+/// of a test daemon are reachable, as a socket group's members reach them).
+std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv);
+
+/// CPU seconds (user + system) a process has used so far; -1 when unknown.
+double CpuSeconds(pid_t pid);
+
+/// Descriptors a process holds now; -1 when unknown.
+int OpenDescriptors(pid_t pid);
 
 /// Polls `pred` until it holds or the timeout passes.
 bool Eventually(const std::function<bool()>& pred,
