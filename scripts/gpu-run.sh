@@ -34,4 +34,12 @@ for path in arena pool; do
     2>"$out/bench-cuda$suffix.err" | tee "$out/bench-cuda$suffix.txt" || status=1
   grep -E "no progress|failed" "$out/bench-cuda$suffix.err"
 done
+# The soak on the GPU: 16 clients of mixed calls and SIGKILLs for SOAK_SECONDS
+# (0 skips it): nothing may leak, descriptors and RSS stay flat.
+if [ "${SOAK_SECONDS:-300}" != 0 ]; then
+  echo "== soak on the GPU (${SOAK_SECONDS:-300} s)"
+  gpubroker-soak --backend cuda --duration "${SOAK_SECONDS:-300}" --log "$out/soak" \
+    --json-out "$out/soak.json" >"$out/soak.txt" 2>&1 || status=1
+  tail -12 "$out/soak.txt"
+fi
 exit $status

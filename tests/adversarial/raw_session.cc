@@ -36,8 +36,8 @@ absl::Status RawSession::Send(const v1::SessionFrame& frame) {
   return SendAll(fd_.get(), EncodeFrame(frame));
 }
 
-absl::StatusOr<std::optional<v1::SessionFrame>> RawSession::Read(
-    std::chrono::milliseconds timeout, std::vector<UniqueFd>* fds) {
+absl::StatusOr<std::optional<v1::SessionFrame>> RawSession::Read(std::chrono::milliseconds timeout,
+                                                                 std::vector<UniqueFd>* fds) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buf[64 * 1024];
   for (;;) {
