@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace gpubroker {
@@ -33,11 +34,10 @@ absl::StatusOr<sockaddr_un> MakeAddress(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode, int backlog) {
-  auto addr = MakeAddress(path);
-  if (!addr.ok()) return addr.status();
+  GPUBROKER_ASSIGN_OR_RETURN(auto addr, MakeAddress(path));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return ErrnoStatus("socket", errno);
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     return ErrnoStatus(StrCat("bind ", path), errno);
   }
   if (::chmod(path.c_str(), mode) != 0) return ErrnoStatus(StrCat("chmod ", path), errno);
@@ -46,13 +46,12 @@ absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode, int ba
 }
 
 absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path) {
-  auto addr = MakeAddress(path);
-  if (!addr.ok()) return addr.status();
+  GPUBROKER_ASSIGN_OR_RETURN(auto addr, MakeAddress(path));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return ErrnoStatus("socket", errno);
   int rc;
   do {
-    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr));
+    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) return ErrnoStatus(StrCat("connect ", path), errno);
   return fd;

@@ -18,12 +18,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
 #include "common/version.h"
-#include "daemon/backend/factory.h"
+#include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
+#include "daemon/create_backend.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
 #include "daemon/service/grpc_acceptor.h"
@@ -73,9 +75,8 @@ absl::StatusOr<gid_t> LookupGroup(const std::string& name) {
 absl::Status SetSocketOwner(const std::string& path, const std::string& group) {
   if (::chmod(path.c_str(), kSocketMode) != 0) return Errno(StrCat("chmod ", path));
   if (group.empty()) return absl::OkStatus();
-  auto gid = LookupGroup(group);
-  if (!gid.ok()) return gid.status();
-  if (::chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
+  GPUBROKER_ASSIGN_OR_RETURN(auto gid, LookupGroup(group));
+  if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
     return Errno(StrCat("chown ", path));
   }
   return absl::OkStatus();
@@ -118,7 +119,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
 Daemon::~Daemon() { Shutdown(); }
 
 absl::Status Daemon::PrepareSocketDir() {
-  if (auto s = MakeDirs(options_.socket_dir); !s.ok()) return s;
+  GPUBROKER_RETURN_IF_ERROR(MakeDirs(options_.socket_dir));
   // The lock, not the socket files, says whether a daemon is alive: it is
   // released by the kernel however the holder dies, so a stale socket file
   // never blocks a new daemon.
@@ -169,7 +170,7 @@ absl::Status Daemon::StartGrpc() {
   facts.socket_dir = options_.socket_dir;
   facts.metrics_address = metrics_bound_;
   facts.started_unix_ms = absl::ToUnixMillis(absl::Now());
-  service_ = std::make_unique<BrokerService>(*calls_, facts);
+  service_ = std::make_unique<BrokerService>(*calls_, *status_, facts);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -180,18 +181,15 @@ absl::Status Daemon::StartGrpc() {
   quota.SetMaxThreads(1024);  // Open(wait) holds a thread while it waits
   builder.SetResourceQuota(quota);
   server_ = builder.BuildAndStart();
-  if (!server_) {
-    return absl::FailedPreconditionError(StrCat("cannot start the gRPC server"));
-  }
+  if (!server_) return absl::FailedPreconditionError("cannot start the gRPC server");
   SetServing(false);
-  auto listener = ListenUnix(grpc_path_, kSocketMode);
-  if (!listener.ok()) return listener.status();
-  if (auto s = SetSocketOwner(grpc_path_, options_.socket_group); !s.ok()) return s;
+  GPUBROKER_ASSIGN_OR_RETURN(auto listener, ListenUnix(grpc_path_, kSocketMode));
+  GPUBROKER_RETURN_IF_ERROR(SetSocketOwner(grpc_path_, options_.socket_group));
   GrpcAcceptor::Options acceptor_options;
   acceptor_options.max_connections_per_uid = options_.max_grpc_connections_per_uid;
   grpc_acceptor_ =
-      std::make_unique<GrpcAcceptor>(*descriptors_, *reserve_, metrics_.get(), acceptor_options);
-  return grpc_acceptor_->Start(std::move(*listener), server_.get());
+      std::make_unique<GrpcAcceptor>(*descriptors_, *reserve_, *metrics_, acceptor_options);
+  return grpc_acceptor_->Start(std::move(listener), server_.get());
 }
 
 absl::Status Daemon::Start() {
@@ -203,55 +201,42 @@ absl::Status Daemon::Start() {
   }
   descriptors_ = std::make_unique<DescriptorBudget>(DescriptorBudget::LimitFor(limit.soft));
   reserve_ = std::make_unique<ReserveDescriptor>();
-  if (auto s = PrepareSocketDir(); !s.ok()) return s;
+  GPUBROKER_RETURN_IF_ERROR(PrepareSocketDir());
 
-  auto choice = CreateBackend(options_);
-  if (!choice.ok()) return choice.status();
-  backend_ = std::move(choice->backend);
-  backend_why_ = choice->why;
+  GPUBROKER_ASSIGN_OR_RETURN(auto choice, CreateBackend(options_));
+  backend_ = std::move(choice.backend);
+  backend_why_ = choice.why;
 
-  auto tenants = TenantDirectory::Create(options_.tenants, options_.default_quota_bytes);
-  if (!tenants.ok()) return tenants.status();
-  RegistryLimits limits;
+  GPUBROKER_ASSIGN_OR_RETURN(
+      auto tenants, TenantDirectory::Create(options_.tenants, options_.default_quota_bytes));
+  TenantLimits limits;
   limits.max_buffers_per_tenant = options_.max_buffers_per_tenant;
   limits.max_descriptors_per_tenant = options_.max_descriptors_per_tenant;
   limits.descriptors = descriptors_.get();
-  registry_ = std::make_unique<Registry>(*backend_, std::move(*tenants), Registry::Clock(), limits);
+  registry_ = std::make_unique<Registry>(*backend_, std::move(tenants), Registry::Clock(), limits);
 
-  metrics_ = std::make_unique<Metrics>([this] {
-    MetricsSample s;
-    const RegistrySnapshot snap = registry_->Snapshot();
-    s.sessions = snap.sessions;
-    s.session_connections = sessions_ ? sessions_->connections() : 0;
-    s.grpc_connections = grpc_acceptor_ ? grpc_acceptor_->connections() : 0;
-    s.open_descriptors = CountOpenDescriptors();
-    s.descriptor_limit = descriptor_limit_;
-    s.client_descriptors = descriptors_->in_use();
-    const auto& devices = backend_->devices();
-    for (size_t i = 0; i < devices.size(); ++i) {
-      const DeviceUsage u = backend_->Usage(static_cast<int>(i));
-      s.devices.push_back(
-          {devices[i].uuid, u.capacity_bytes, u.reserved_bytes, u.used_bytes, u.free_bytes});
-    }
-    for (const auto& c : snap.cells) {
-      s.cells.push_back({devices[c.device].uuid, c.tenant, c.buffers, c.bytes});
-    }
-    for (const auto& t : snap.tenants) s.tenants.push_back({t.name, t.quota_bytes});
-    return s;
-  });
-  if (auto s = StartMetrics(); !s.ok()) return s;
+  status_ =
+      std::make_unique<NodeStatusCollector>(*registry_, *backend_, [this](NodeStatus::Process& p) {
+        // Read at scrape and Status time only, once every part is up.
+        p.session_connections = sessions_ ? sessions_->connections() : 0;
+        p.grpc_connections = grpc_acceptor_ ? grpc_acceptor_->connections() : 0;
+        p.open_descriptors = CountOpenDescriptors();
+        p.descriptor_limit = descriptor_limit_;
+        p.client_descriptors = descriptors_->in_use();
+      });
+  metrics_ = std::make_unique<Metrics>(*status_);
+  GPUBROKER_RETURN_IF_ERROR(StartMetrics());
 
-  auto listener = ListenUnix(session_path_, kSocketMode);
-  if (!listener.ok()) return listener.status();
-  if (auto s = SetSocketOwner(session_path_, options_.socket_group); !s.ok()) return s;
+  GPUBROKER_ASSIGN_OR_RETURN(auto listener, ListenUnix(session_path_, kSocketMode));
+  GPUBROKER_RETURN_IF_ERROR(SetSocketOwner(session_path_, options_.socket_group));
   SessionServer::Options session_options;
   session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
   session_options.max_sessions_per_uid = options_.max_sessions_per_uid;
-  calls_ = std::make_unique<BrokerCalls>(*registry_, metrics_.get());
+  calls_ = std::make_unique<BrokerCalls>(*registry_, *metrics_);
   sessions_ = std::make_unique<SessionServer>(*calls_, *descriptors_, *reserve_, session_options);
 
-  if (auto s = StartGrpc(); !s.ok()) return s;
-  if (auto s = sessions_->Start(std::move(*listener)); !s.ok()) return s;
+  GPUBROKER_RETURN_IF_ERROR(StartGrpc());
+  GPUBROKER_RETURN_IF_ERROR(sessions_->Start(std::move(listener)));
   reaper_ = std::thread([this] { ReapExpired(); });
   started_ = true;
   SetServing(true);

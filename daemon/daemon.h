@@ -20,6 +20,7 @@ namespace gpubroker {
 
 class Backend;
 class Registry;
+class NodeStatusCollector;
 class Metrics;
 class SessionServer;
 class BrokerService;
@@ -64,6 +65,7 @@ class Daemon {
   std::unique_ptr<ReserveDescriptor> reserve_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Registry> registry_;
+  std::unique_ptr<NodeStatusCollector> status_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<BrokerCalls> calls_;  // used by both of the next two

@@ -22,9 +22,12 @@ struct gpubroker_buffer {
 namespace {
 
 thread_local std::string last_error;
+thread_local gpubroker_reason_t last_reason = GPUBROKER_REASON_NONE;
 
-gpubroker_status_t Fail(gpubroker_status_t status, std::string message) {
+gpubroker_status_t Fail(gpubroker_status_t status, std::string message,
+                        gpubroker_reason_t reason = GPUBROKER_REASON_NONE) {
   last_error = std::move(message);
+  last_reason = reason;
   return status;
 }
 
@@ -34,7 +37,8 @@ gpubroker_status_t Guard(F&& f) noexcept {
     f();
     return GPUBROKER_OK;
   } catch (const gpubroker::Error& e) {
-    return Fail(static_cast<gpubroker_status_t>(e.code()), e.message());
+    return Fail(static_cast<gpubroker_status_t>(e.code()), e.message(),
+                static_cast<gpubroker_reason_t>(e.reason()));
   } catch (const std::bad_alloc&) {
     return Fail(GPUBROKER_RESOURCE_EXHAUSTED, "out of host memory");
   } catch (const std::exception& e) {
@@ -97,6 +101,8 @@ void gpubroker_open_options_init(gpubroker_open_options_t* o) {
 }
 
 const char* gpubroker_last_error(void) { return last_error.c_str(); }
+
+gpubroker_reason_t gpubroker_last_error_reason(void) { return last_reason; }
 
 const char* gpubroker_status_name(gpubroker_status_t status) {
   return gpubroker::ErrorCodeName(static_cast<gpubroker::ErrorCode>(status));

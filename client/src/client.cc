@@ -102,15 +102,7 @@ Client Client::connect(const std::string& socket_dir, const ConnectOptions& opti
 }
 
 Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
-  if (options.ttl.count() < 0) ThrowError(ErrorCode::kInvalidArgument, "ttl must not be negative");
-  v1::AllocateRequest req;
-  req.set_size(size);
-  req.set_device(options.device);
-  req.set_name(options.name);
-  if (options.tensor) detail::ToProto(*options.tensor, req.mutable_tensor());
-  req.set_keep(options.keep);
-  req.set_ttl_ms(static_cast<uint64_t>(options.ttl.count()));
-  for (const auto& t : options.share_with) req.add_share_with(t);
+  const v1::AllocateRequest req = detail::ToAllocateRequest(size, options);
   v1::AllocateResponse resp;
   v1::Call call;
   *call.mutable_allocate() = req;
@@ -134,15 +126,7 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 }
 
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
-  v1::OpenRequest req;
-  if (id != 0) {
-    req.mutable_ref()->set_id(id);
-  } else {
-    req.mutable_ref()->set_name(std::string(name));
-  }
-  req.set_wait(options.wait);
-  req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
-  req.set_allow_unsealed(options.allow_unsealed);
+  const v1::OpenRequest req = detail::ToOpenRequest(id, name, options);
   v1::OpenResponse resp;
   v1::Call call;
   v1::Reply reply;
@@ -182,11 +166,7 @@ Buffer Client::open(std::string_view name_or_id, bool wait, std::chrono::millise
 
 BufferInfo Client::Free(BufferId id, std::string_view name) {
   v1::FreeRequest req;
-  if (id != 0) {
-    req.mutable_ref()->set_id(id);
-  } else {
-    req.mutable_ref()->set_name(std::string(name));
-  }
+  *req.mutable_ref() = detail::ToRef(id, name);
   grpc::ClientContext ctx;
   impl_->Prepare(ctx);
   v1::FreeResponse resp;

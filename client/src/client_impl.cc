@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/paths.h"
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "gpubroker/error.hpp"
@@ -39,7 +40,26 @@ std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
 }  // namespace
 
 void ThrowStatus(const absl::Status& status) {
-  ThrowError(static_cast<ErrorCode>(status.code()), std::string(View(status.message())));
+  ThrowError(static_cast<ErrorCode>(status.code()), std::string(View(status.message())),
+             static_cast<RefusalReason>(RefusalOf(status)));
+}
+
+void ThrowErrorFrame(const v1::ErrorFrame& error) {
+  ThrowError(static_cast<ErrorCode>(error.code()), error.message(),
+             static_cast<RefusalReason>(error.reason()));
+}
+
+RefusalReason ReasonOf(const grpc::Status& status) {
+  if (status.error_details().empty()) return RefusalReason::kNone;
+  v1::RpcStatus details;
+  if (!details.ParseFromString(status.error_details())) return RefusalReason::kNone;
+  for (const auto& any : details.details()) {
+    v1::ErrorInfo info;
+    if (any.Is<v1::ErrorInfo>() && any.UnpackTo(&info)) {
+      return static_cast<RefusalReason>(info.reason());
+    }
+  }
+  return RefusalReason::kNone;
 }
 
 ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
@@ -79,53 +99,54 @@ void ClientImpl::Throw(const grpc::Status& status) const {
       ThrowError(code, StrCat("gpubrokerd at ", socket_dir_, ": ", status.error_message()));
     }
   }
-  ThrowError(code, status.error_message());
+  ThrowError(code, status.error_message(), ReasonOf(status));
 }
 
-ImportedPool::~ImportedPool() {
+ImportedRegion::~ImportedRegion() {
 #ifdef GPUBROKER_HAVE_CUDA
   if (cuda_mapped != 0) UnmapCudaShared(cuda_mapped, size, device_uuid);
 #endif
 }
 
-std::shared_ptr<ImportedPool> ClientImpl::Pool(uint64_t pool_id, const std::string& device_uuid) {
-  std::lock_guard lock(pools_mu_);
-  if (auto it = pools_.find(pool_id); it != pools_.end()) return it->second;
+std::shared_ptr<ImportedRegion> ClientImpl::Region(uint64_t region_id,
+                                                   const std::string& device_uuid) {
+  std::lock_guard lock(regions_mu_);
+  if (auto it = regions_.find(region_id); it != regions_.end()) return it->second;
   v1::FdRequest req;
-  req.set_pool_id(pool_id);
+  req.set_region_id(region_id);
   v1::FdGrant grant;
-  auto pool = std::make_shared<ImportedPool>();
+  auto region = std::make_shared<ImportedRegion>();
   UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
-  pool->size = grant.size();
-  pool->device_uuid = device_uuid;
+  region->size = grant.size();
+  region->device_uuid = device_uuid;
   switch (grant.kind()) {
 #ifdef GPUBROKER_HAVE_CUDA
     case v1::FD_KIND_CUDA_POOL:
-      pool->cuda_pool = ImportCudaPool(std::move(fd), device_uuid);
+      region->cuda_pool = ImportCudaPool(std::move(fd), device_uuid);
       break;
     case v1::FD_KIND_CUDA_FENCES:
     case v1::FD_KIND_CUDA_SLAB:
-      pool->cuda_mapped = MapCudaShared(std::move(fd), device_uuid, grant.size());
+      region->cuda_mapped = MapCudaShared(std::move(fd), device_uuid, grant.size());
       break;
 #endif
     default:
-      pool->fd = std::move(fd);
+      region->fd = std::move(fd);
   }
-  pools_[pool_id] = pool;
-  return pool;
+  regions_[region_id] = region;
+  return region;
 }
 
 uint64_t ClientImpl::FencePage(const v1::ImportDescriptor& import) {
-  if (import.fence_pool_id() == 0) return 0;  // the word is inside the buffer
-  return Pool(import.fence_pool_id(), import.device_uuid())->cuda_mapped;
+  if (import.fence_region_id() == 0) return 0;  // the word is inside the buffer
+  return Region(import.fence_region_id(), import.device_uuid())->cuda_mapped;
 }
 
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
   switch (import.kind()) {
     case v1::IMPORT_KIND_HOST_ARENA: {
-      auto pool = Pool(import.pool_id(), import.device_uuid());
+      auto pool = Region(import.region_id(), import.device_uuid());
       if (import.offset() + import.mapped_size() > pool->size) {
-        ThrowError(ErrorCode::kInternal, "buffer lies outside its pool");
+        ThrowError(ErrorCode::kInternal, "buffer lies outside its arena");
       }
       return MapHost(pool->fd.get(), import.offset(), import.mapped_size());
     }
@@ -138,10 +159,10 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
     }
 #ifdef GPUBROKER_HAVE_CUDA
     case v1::IMPORT_KIND_CUDA_POOL:
-      return MapCudaPoolBuffer(Pool(import.pool_id(), import.device_uuid())->cuda_pool,
+      return MapCudaPoolBuffer(Region(import.region_id(), import.device_uuid())->cuda_pool,
                                FencePage(import), import);
     case v1::IMPORT_KIND_CUDA_ARENA: {
-      auto slab = Pool(import.pool_id(), import.device_uuid());
+      auto slab = Region(import.region_id(), import.device_uuid());
       if (import.offset() + import.mapped_size() > slab->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its slab");
       }

@@ -9,8 +9,9 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
-#include "common/frame.h"
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
+#include "gpubroker/error.hpp"
 #include "gpubroker/types.hpp"
 #include "gpubroker/v1/broker.grpc.pb.h"
 #include "gpubroker/v1/session.pb.h"
@@ -69,16 +70,17 @@ class SessionChannel {
   std::chrono::milliseconds timeout_;
 };
 
-/// A pool fetched from the daemon and kept for the life of the session: the
-/// descriptor (host arenas are mapped from it buffer by buffer), or the
-/// imported CUDA pool (the descriptor is closed once imported).
-struct ImportedPool {
+/// A region fetched from the daemon and kept for the life of the session: the
+/// descriptor (host arenas are mapped from it buffer by buffer), the imported
+/// CUDA pool, or the mapped slab or fence page (the descriptor is closed once
+/// imported).
+struct ImportedRegion {
   UniqueFd fd;
   uint64_t size = 0;
   void* cuda_pool = nullptr;  // cudaMemPool_t
   uint64_t cuda_mapped = 0;   // device address of a mapped fence page or arena slab
   std::string device_uuid;
-  ~ImportedPool();
+  ~ImportedRegion();
 };
 
 class ClientImpl {
@@ -95,7 +97,7 @@ class ClientImpl {
   void Prepare(grpc::ClientContext& ctx,
                std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
 
-  /// Maps a buffer the daemon just granted (fetching and caching its pool).
+  /// Maps a buffer the daemon just granted (fetching and caching its region).
   std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id);
 
   const SessionInfo& session() const { return session_; }
@@ -109,7 +111,7 @@ class ClientImpl {
   [[noreturn]] void Throw(const grpc::Status& status) const;
 
  private:
-  std::shared_ptr<ImportedPool> Pool(uint64_t pool_id, const std::string& device_uuid);
+  std::shared_ptr<ImportedRegion> Region(uint64_t region_id, const std::string& device_uuid);
   /// The mapped fence page that holds a CUDA buffer's fence word, or 0 when
   /// the word is inside the buffer.
   uint64_t FencePage(const v1::ImportDescriptor& import);
@@ -122,8 +124,8 @@ class ClientImpl {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Broker::Stub> stub_;
 
-  std::mutex pools_mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<ImportedPool>> pools_;
+  std::mutex regions_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<ImportedRegion>> regions_;
 };
 
 /// True (and the id) when `name_or_id` is an id: all digits. Names never start
@@ -132,6 +134,10 @@ bool ParseBufferId(std::string_view name_or_id, BufferId* id);
 
 /// Throws the Error that matches an internal status.
 [[noreturn]] void ThrowStatus(const absl::Status& status);
+/// Throws the daemon's refusal that came on session.sock.
+[[noreturn]] void ThrowErrorFrame(const v1::ErrorFrame& error);
+/// The refusal reason in a failed gRPC call's details (kNone when it carries none).
+RefusalReason ReasonOf(const grpc::Status& status);
 
 #ifdef GPUBROKER_HAVE_CUDA
 /// Imports a CUDA pool's descriptor (consumed) on the device with this UUID.
@@ -152,8 +158,12 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
                                           const v1::ImportDescriptor& import);
 #endif
 
+// Conversions to and from the wire (convert.cc).
 BufferInfo FromProto(const v1::BufferInfo& info);
 BrokerStatus FromProto(const v1::StatusResponse& status);
-void ToProto(const TensorDesc& tensor, v1::TensorDescriptor* out);
+/// By id when `id` is not 0, else by name.
+v1::BufferRef ToRef(BufferId id, std::string_view name);
+v1::AllocateRequest ToAllocateRequest(uint64_t size, const AllocateOptions& options);
+v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOptions& options);
 
 }  // namespace gpubroker::detail

@@ -1,4 +1,5 @@
 #include "client/src/client_impl.h"
+#include "common/wire/tensor.h"
 
 namespace gpubroker::detail {
 namespace {
@@ -16,11 +17,36 @@ BufferState FromProto(v1::BufferState s) {
 
 }  // namespace
 
-void ToProto(const TensorDesc& tensor, v1::TensorDescriptor* out) {
-  out->set_dtype(static_cast<v1::DType>(tensor.dtype));
-  for (int64_t d : tensor.shape) out->add_shape(d);
-  for (int64_t s : tensor.strides) out->add_strides(s);
-  out->set_byte_offset(tensor.byte_offset);
+v1::BufferRef ToRef(BufferId id, std::string_view name) {
+  v1::BufferRef ref;
+  if (id != 0) {
+    ref.set_id(id);
+  } else {
+    ref.set_name(std::string(name));
+  }
+  return ref;
+}
+
+v1::AllocateRequest ToAllocateRequest(uint64_t size, const AllocateOptions& options) {
+  if (options.ttl.count() < 0) ThrowError(ErrorCode::kInvalidArgument, "ttl must not be negative");
+  v1::AllocateRequest req;
+  req.set_size(size);
+  req.set_device(options.device);
+  req.set_name(options.name);
+  if (options.tensor) TensorToProto(*options.tensor, req.mutable_tensor());
+  req.set_keep(options.keep);
+  req.set_ttl_ms(static_cast<uint64_t>(options.ttl.count()));
+  for (const auto& t : options.share_with) req.add_share_with(t);
+  return req;
+}
+
+v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOptions& options) {
+  v1::OpenRequest req;
+  *req.mutable_ref() = ToRef(id, name);
+  req.set_wait(options.wait);
+  req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
+  req.set_allow_unsealed(options.allow_unsealed);
+  return req;
 }
 
 BufferInfo FromProto(const v1::BufferInfo& b) {
@@ -32,14 +58,7 @@ BufferInfo FromProto(const v1::BufferInfo& b) {
   info.device_uuid = b.device_uuid();
   info.tenant = b.tenant();
   info.state = FromProto(b.state());
-  if (b.has_tensor()) {
-    TensorDesc t;
-    t.dtype = static_cast<DType>(b.tensor().dtype());
-    t.shape.assign(b.tensor().shape().begin(), b.tensor().shape().end());
-    t.strides.assign(b.tensor().strides().begin(), b.tensor().strides().end());
-    t.byte_offset = b.tensor().byte_offset();
-    info.tensor = std::move(t);
-  }
+  if (b.has_tensor()) info.tensor = TensorFromProto<TensorDesc>(b.tensor());
   info.keep = b.keep();
   info.expires_unix_ms = b.expires_unix_ms();
   info.shared_with.assign(b.shared_with().begin(), b.shared_with().end());

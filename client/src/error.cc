@@ -27,12 +27,27 @@ const char* ErrorCodeName(ErrorCode code) {
   return kNames[i];
 }
 
-Error::Error(ErrorCode code, const std::string& message)
+const char* RefusalReasonName(RefusalReason reason) {
+  switch (reason) {
+    case RefusalReason::kQuota:
+      return "quota";
+    case RefusalReason::kOutOfMemory:
+      return "out_of_memory";
+    case RefusalReason::kLimit:
+      return "limit";
+    case RefusalReason::kNone:
+      break;
+  }
+  return "";
+}
+
+Error::Error(ErrorCode code, const std::string& message, RefusalReason reason)
     : std::runtime_error(StrCat(ErrorCodeName(code), ": ", message)),
       code_(code),
-      message_(message) {}
+      message_(message),
+      reason_(reason) {}
 
-void ThrowError(ErrorCode code, const std::string& message) {
+void ThrowError(ErrorCode code, const std::string& message, RefusalReason reason) {
   switch (code) {
     case ErrorCode::kInvalidArgument:
       throw InvalidArgumentError(code, message);
@@ -41,7 +56,16 @@ void ThrowError(ErrorCode code, const std::string& message) {
     case ErrorCode::kAlreadyExists:
       throw AlreadyExistsError(code, message);
     case ErrorCode::kResourceExhausted:
-      throw ResourceExhaustedError(code, message);
+      switch (reason) {
+        case RefusalReason::kQuota:
+          throw QuotaExceededError(code, message, reason);
+        case RefusalReason::kOutOfMemory:
+          throw OutOfMemoryError(code, message, reason);
+        case RefusalReason::kLimit:
+          throw LimitExceededError(code, message, reason);
+        default:
+          throw ResourceExhaustedError(code, message, RefusalReason::kNone);
+      }
     case ErrorCode::kFailedPrecondition:
       throw FailedPreconditionError(code, message);
     case ErrorCode::kPermissionDenied:

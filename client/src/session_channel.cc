@@ -34,9 +34,7 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
       ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(sent.message())));
     throw;
   }
-  if (reply.has_error()) {
-    ThrowError(static_cast<ErrorCode>(reply.error().code()), reply.error().message());
-  }
+  if (reply.has_error()) ThrowErrorFrame(reply.error());
   if (!reply.has_welcome() || reply.welcome().token().size() != 16) {
     ThrowError(ErrorCode::kInternal, "session.sock: the daemon did not answer Hello with Welcome");
   }
@@ -96,9 +94,7 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
       ThrowError(ErrorCode::kUnavailable,
                  StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
     }
-    if (reply.has_error() && reply.error().request_id() == id) {
-      ThrowError(static_cast<ErrorCode>(reply.error().code()), reply.error().message());
-    }
+    if (reply.has_error() && reply.error().request_id() == id) ThrowErrorFrame(reply.error());
     const bool ours = (reply.has_fd_grant() && reply.fd_grant().request_id() == id) ||
                       (reply.has_reply() && reply.reply().request_id() == id);
     if (ours) {

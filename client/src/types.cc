@@ -1,34 +1,10 @@
 #include "gpubroker/types.hpp"
 
+#include "common/dtype.h"
 #include "nlohmann/json.hpp"
 
 namespace gpubroker {
 namespace {
-
-struct DTypeRow {
-  DType dtype;
-  std::string_view name;
-  uint64_t size;
-};
-
-constexpr DTypeRow kDTypes[] = {
-    {DType::kUnspecified, "unspecified", 0},
-    {DType::kBool, "bool", 1},
-    {DType::kInt8, "int8", 1},
-    {DType::kUInt8, "uint8", 1},
-    {DType::kInt16, "int16", 2},
-    {DType::kUInt16, "uint16", 2},
-    {DType::kInt32, "int32", 4},
-    {DType::kUInt32, "uint32", 4},
-    {DType::kInt64, "int64", 8},
-    {DType::kUInt64, "uint64", 8},
-    {DType::kFloat16, "float16", 2},
-    {DType::kBFloat16, "bfloat16", 2},
-    {DType::kFloat32, "float32", 4},
-    {DType::kFloat64, "float64", 8},
-    {DType::kComplex64, "complex64", 8},
-    {DType::kComplex128, "complex128", 16},
-};
 
 nlohmann::json Json(const TensorDesc& t) {
   return {{"dtype", DTypeName(t.dtype)},
@@ -59,24 +35,19 @@ nlohmann::json Json(const BufferInfo& b) {
 }  // namespace
 
 std::string_view DTypeName(DType dtype) {
-  for (const auto& row : kDTypes) {
-    if (row.dtype == dtype) return row.name;
-  }
-  return "unknown";
+  const DTypeTraits* row = FindDType(static_cast<int>(dtype));
+  return row != nullptr ? row->name : "unknown";
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  for (const auto& row : kDTypes) {
-    if (row.name == name && row.dtype != DType::kUnspecified) return row.dtype;
-  }
-  return std::nullopt;
+  const DTypeTraits* row = FindDType(name);
+  if (row == nullptr || row->value == 0) return std::nullopt;
+  return static_cast<DType>(row->value);
 }
 
 uint64_t DTypeSize(DType dtype) {
-  for (const auto& row : kDTypes) {
-    if (row.dtype == dtype) return row.size;
-  }
-  return 0;
+  const DTypeTraits* row = FindDType(static_cast<int>(dtype));
+  return row != nullptr ? row->bytes : 0;
 }
 
 std::string_view BufferStateName(BufferState state) {

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/refusal.h"
 #include "common/strings.h"
 
 namespace gpubroker::cuda {
@@ -11,7 +12,7 @@ namespace gpubroker::cuda {
 absl::Status RuntimeError(cudaError_t error, std::string_view what) {
   const std::string message =
       StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
-  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
+  if (error == cudaErrorMemoryAllocation) return OutOfMemoryRefusal(message);
   if (error == cudaErrorInsufficientDriver || error == cudaErrorNoDevice) {
     return absl::FailedPreconditionError(message);
   }
@@ -66,7 +67,7 @@ absl::Status DriverApi::Check(CUresult result, std::string_view what) const {
   const char* name = nullptr;
   if (cuGetErrorName == nullptr || cuGetErrorName(result, &name) != CUDA_SUCCESS) name = "?";
   const std::string message = StrCat(what, ": ", name, " (", static_cast<int>(result), ")");
-  if (result == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(message);
+  if (result == CUDA_ERROR_OUT_OF_MEMORY) return OutOfMemoryRefusal(message);
   return absl::InternalError(message);
 }
 

@@ -7,44 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/unique_fd.h"
-#include "daemon/core/types.h"
+#include "daemon/backend/region_table.h"
+#include "daemon/backend/types.h"
 
 namespace gpubroker {
-
-/// How a client maps a buffer into its address space.
-enum class ImportKind {
-  kHostArena,  // map the tenant arena's fd at `offset`
-  kHostFd,     // map the buffer's own memfd at 0
-  kCudaPool,   // import the pool's fd once, then `export_data` per buffer
-  kCudaVmm,    // import the buffer's own fd, reserve, map, set access
-  kCudaArena,  // map the slab's fd (pool_id) once; the buffer is at `offset`
-};
-
-struct ImportInfo {
-  ImportKind kind = ImportKind::kHostArena;
-  PoolId pool_id = 0;  // 0: the buffer has an fd of its own
-  uint64_t offset = 0;
-  uint64_t mapped_size = 0;
-  std::string export_data;  // cuda-pool: cudaMemPoolPtrExportData
-  std::string device_uuid;
-  // CUDA: the ready fence, a word that the producer sets to fence_value at
-  // seal (see broker.proto): at fence_offset in the fence page fence_pool_id,
-  // or, when that is 0, in the buffer itself.
-  uint64_t fence_pool_id = 0;
-  uint64_t fence_offset = 0;
-  uint64_t fence_value = 0;
-};
-
-/// What travels with a descriptor on session.sock.
-enum class FdKind { kHostArena, kHostBuffer, kCudaPool, kCudaVmm, kCudaFences, kCudaSlab };
-
-struct FdGrant {
-  UniqueFd fd;
-  FdKind kind = FdKind::kHostArena;
-  uint64_t size = 0;
-  std::string device_uuid;
-};
 
 /// One allocation. Destroying it gives the memory back to its pool; the
 /// registry destroys buffers only outside its lock, and only once no lease
@@ -55,9 +21,10 @@ class BackendBuffer {
   /// Bytes taken from the device (the request rounded to the granularity).
   virtual uint64_t reserved_size() const = 0;
   virtual const ImportInfo& import_info() const = 0;
-  /// A fresh descriptor that exposes this buffer and nothing else. Only for
-  /// buffers with an fd of their own (import_info().pool_id == 0).
-  virtual absl::StatusOr<FdGrant> ExportFd() = 0;
+  /// A buffer with an fd of its own (import_info().region_id == 0): the
+  /// memory behind that fd, which exposes this buffer and nothing else. Null
+  /// for a buffer that lives in a region of its tenant.
+  virtual const ExportedRegion* own_region() const { return nullptr; }
 };
 
 struct AllocationRequest {
@@ -69,9 +36,9 @@ struct AllocationRequest {
   bool isolated = false;
 };
 
-/// A source of device memory. One implementation per kind of memory: host
-/// (memfd arenas), cuda-pool (cudaMallocAsync IPC pools), cuda-vmm (cuMemCreate).
-/// Thread-safe; never called with the registry's lock held.
+/// A source of device memory: host (memfd arenas) or cuda (arena slabs,
+/// cudaMallocAsync IPC pools, cuMemCreate). Thread-safe; never called with
+/// the registry's lock held. A backend outlives the buffers it made.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -83,12 +50,13 @@ class Backend {
   /// The bytes an allocation of `size` would take (granularity, VMM routing).
   virtual uint64_t RoundedSize(int device, uint64_t size, bool isolated) const = 0;
 
-  /// RESOURCE_EXHAUSTED when the device or pool is full, with the numbers.
+  /// RESOURCE_EXHAUSTED (OUT_OF_MEMORY, or LIMIT for a count the device
+  /// keeps) when there is no room, with the numbers.
   virtual absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req) = 0;
 
-  /// The descriptor of pool `pool` for a client of `tenant`; NOT_FOUND when the
-  /// pool does not exist or belongs to another tenant.
-  virtual absl::StatusOr<FdGrant> ExportPool(PoolId pool, std::string_view tenant) = 0;
+  /// The descriptor of region `region` for a client of `tenant`; NOT_FOUND
+  /// when the region does not exist or belongs to another tenant.
+  virtual absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) = 0;
 
   virtual DeviceUsage Usage(int device) const = 0;
 

@@ -7,11 +7,12 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
+#include "common/refusal.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
@@ -20,27 +21,63 @@
 
 namespace gpubroker {
 
-struct HostBackend::Accounting {
-  const uint64_t capacity;
-  absl::Mutex mu;
-  uint64_t used ABSL_GUARDED_BY(mu) = 0;
-  // Buffers with a memfd of their own, by address of their record, for the
-  // reserved-bytes figure.
-  absl::flat_hash_map<const void*, int> isolated_fds ABSL_GUARDED_BY(mu);
+// One tenant's memfd, exported to the tenant's clients as a region.
+class HostBackend::Arena final : public ExportedRegion {
+ public:
+  Arena(std::string tenant, UniqueFd fd, uint64_t size)
+      : tenant_(std::move(tenant)), fd_(std::move(fd)), size_(size), ranges_(size) {}
 
-  explicit Accounting(uint64_t cap) : capacity(cap) {}
+  absl::StatusOr<FdGrant> Export() const override {
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd copy, DupFd(fd_.get()));
+    return FdGrant{std::move(copy), FdKind::kHostArena, size_, "host"};
+  }
+
+  RegionId id() const { return id_; }
+  void set_id(RegionId id) { id_ = id; }
+  int fd() const { return fd_.get(); }
+  const std::string& tenant() const { return tenant_; }
+
+  std::optional<uint64_t> Take(uint64_t bytes, uint64_t* largest_free) {
+    absl::MutexLock lock(&mu_);
+    auto offset = ranges_.Allocate(bytes);
+    if (!offset) *largest_free = ranges_.largest_free_range();
+    return offset;
+  }
+  void Give(uint64_t offset, uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    ranges_.Free(offset, bytes);
+  }
+
+ private:
+  const std::string tenant_;
+  const UniqueFd fd_;
+  const uint64_t size_;
+  RegionId id_ = 0;
+  absl::Mutex mu_;
+  RangeAllocator ranges_ ABSL_GUARDED_BY(mu_);
 };
 
-struct HostBackend::Arena {
-  PoolId id;
-  std::string tenant;
-  UniqueFd fd;
-  uint64_t size;
-  absl::Mutex mu;
-  RangeAllocator ranges ABSL_GUARDED_BY(mu);
+// The memfds of live buffers shared across tenants: what they hold counts as
+// reserved memory.
+class HostBackend::OwnMemfds {
+ public:
+  void Add(const void* buffer, int fd) {
+    absl::MutexLock lock(&mu_);
+    fds_[buffer] = fd;
+  }
+  void Remove(const void* buffer) {
+    absl::MutexLock lock(&mu_);
+    fds_.erase(buffer);
+  }
+  template <typename F>
+  void ForEach(F&& f) const {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [buffer, fd] : fds_) f(fd);
+  }
 
-  Arena(PoolId i, std::string t, UniqueFd f, uint64_t s)
-      : id(i), tenant(std::move(t)), fd(std::move(f)), size(s), ranges(s) {}
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<const void*, int> fds_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
@@ -81,75 +118,59 @@ uint64_t MemAvailable() {
 // A buffer carved out of its tenant's arena.
 class ArenaBuffer final : public BackendBuffer {
  public:
-  ArenaBuffer(std::shared_ptr<HostBackend::Arena> arena,
-              std::shared_ptr<HostBackend::Accounting> accounting, uint64_t offset, uint64_t size)
-      : arena_(std::move(arena)), accounting_(std::move(accounting)) {
+  ArenaBuffer(std::shared_ptr<HostBackend::Arena> arena, CapacityGuard::Claim claim,
+              uint64_t offset)
+      : arena_(std::move(arena)), claim_(std::move(claim)) {
     info_.kind = ImportKind::kHostArena;
-    info_.pool_id = arena_->id;
+    info_.region_id = arena_->id();
     info_.offset = offset;
-    info_.mapped_size = size;
+    info_.mapped_size = claim_.bytes();
     info_.device_uuid = "host";
   }
-  ~ArenaBuffer() override;
+  ~ArenaBuffer() override {
+    // Punch first: the range must be zero and unbacked before it can be handed out again.
+    PunchHole(arena_->fd(), info_.offset, info_.mapped_size);
+    arena_->Give(info_.offset, info_.mapped_size);
+  }
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
-  absl::StatusOr<FdGrant> ExportFd() override {
-    return absl::FailedPreconditionError("buffer lives in its tenant's arena; import the pool");
-  }
 
  private:
   std::shared_ptr<HostBackend::Arena> arena_;
-  std::shared_ptr<HostBackend::Accounting> accounting_;
+  CapacityGuard::Claim claim_;
   ImportInfo info_;
 };
 
 // A buffer with a memfd of its own (shared across tenants).
-class IsolatedBuffer final : public BackendBuffer {
+class IsolatedBuffer final : public BackendBuffer, public ExportedRegion {
  public:
-  IsolatedBuffer(UniqueFd fd, uint64_t size, std::shared_ptr<HostBackend::Accounting> accounting)
-      : fd_(std::move(fd)), accounting_(std::move(accounting)) {
+  IsolatedBuffer(UniqueFd fd, CapacityGuard::Claim claim,
+                 std::shared_ptr<HostBackend::OwnMemfds> registry)
+      : fd_(std::move(fd)), claim_(std::move(claim)), own_memfds_(std::move(registry)) {
     info_.kind = ImportKind::kHostFd;
-    info_.pool_id = 0;
-    info_.offset = 0;
-    info_.mapped_size = size;
+    info_.mapped_size = claim_.bytes();
     info_.device_uuid = "host";
+    own_memfds_->Add(this, fd_.get());
   }
-  ~IsolatedBuffer() override;
+  ~IsolatedBuffer() override { own_memfds_->Remove(this); }
 
-  int fd() const { return fd_.get(); }
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
-  absl::StatusOr<FdGrant> ExportFd() override {
-    auto copy = DupFd(fd_.get());
-    if (!copy.ok()) return copy.status();
-    return FdGrant{std::move(*copy), FdKind::kHostBuffer, info_.mapped_size, "host"};
+  const ExportedRegion* own_region() const override { return this; }
+  absl::StatusOr<FdGrant> Export() const override {
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd copy, DupFd(fd_.get()));
+    return FdGrant{std::move(copy), FdKind::kHostBuffer, info_.mapped_size, "host"};
   }
 
  private:
   UniqueFd fd_;
-  std::shared_ptr<HostBackend::Accounting> accounting_;
+  CapacityGuard::Claim claim_;
+  std::shared_ptr<HostBackend::OwnMemfds> own_memfds_;
   ImportInfo info_;
 };
 
 }  // namespace
-
-ArenaBuffer::~ArenaBuffer() {
-  // Punch first: the range must be zero and unbacked before it can be handed out again.
-  PunchHole(arena_->fd.get(), info_.offset, info_.mapped_size);
-  {
-    absl::MutexLock lock(&arena_->mu);
-    arena_->ranges.Free(info_.offset, info_.mapped_size);
-  }
-  absl::MutexLock lock(&accounting_->mu);
-  accounting_->used -= info_.mapped_size;
-}
-
-IsolatedBuffer::~IsolatedBuffer() {
-  absl::MutexLock lock(&accounting_->mu);
-  accounting_->used -= info_.mapped_size;
-  accounting_->isolated_fds.erase(this);
-}
 
 absl::StatusOr<UniqueFd> CreateSealedMemfd(const std::string& name, uint64_t size) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -164,7 +185,8 @@ absl::StatusOr<UniqueFd> CreateSealedMemfd(const std::string& name, uint64_t siz
 HostBackend::HostBackend(uint64_t capacity)
     : capacity_(capacity),
       page_size_(static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))),
-      accounting_(std::make_shared<Accounting>(capacity)) {
+      lent_(std::make_shared<CapacityGuard>(capacity, "host pool")),
+      own_memfds_(std::make_shared<OwnMemfds>()) {
   struct sysinfo si {};
   uint64_t total = 0;
   if (::sysinfo(&si) == 0) total = static_cast<uint64_t>(si.totalram) * si.mem_unit;
@@ -186,103 +208,56 @@ uint64_t HostBackend::RoundedSize(int /*device*/, uint64_t size, bool /*isolated
 
 absl::StatusOr<std::shared_ptr<HostBackend::Arena>> HostBackend::ArenaFor(
     const std::string& tenant) {
-  if (auto it = arenas_by_tenant_.find(tenant); it != arenas_by_tenant_.end()) return it->second;
+  absl::MutexLock lock(&mu_);
+  if (auto it = arenas_.find(tenant); it != arenas_.end()) return it->second;
   // The arena spans the whole capacity; memfds are sparse, so only pages in
   // use cost memory.
-  auto fd = CreateSealedMemfd(StrCat("gpubroker:", tenant), capacity_);
-  if (!fd.ok()) return fd.status();
-  auto arena = std::make_shared<Arena>(next_pool_id_++, tenant, std::move(*fd), capacity_);
-  arenas_by_tenant_[tenant] = arena;
-  arenas_by_id_[arena->id] = arena;
-  spdlog::info("host backend: arena {} for tenant '{}' ({} of address space)", arena->id, tenant,
+  GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd,
+                             CreateSealedMemfd(StrCat("gpubroker:", tenant), capacity_));
+  auto arena = std::make_shared<Arena>(tenant, std::move(fd), capacity_);
+  arena->set_id(regions_.Add(tenant, arena));
+  arenas_[tenant] = arena;
+  spdlog::info("host backend: arena {} for tenant '{}' ({} of address space)", arena->id(), tenant,
                FormatBytes(capacity_));
   return arena;
 }
 
 absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const AllocationRequest& req) {
-  const uint64_t rounded = RoundedSize(req.device, req.size, req.isolated);
-  {
-    absl::MutexLock lock(&accounting_->mu);
-    if (accounting_->used + rounded > capacity_) {
-      return absl::ResourceExhaustedError(StrCat("host pool full: requested ", rounded, " bytes, ",
-                                                 accounting_->used, " of ", capacity_, " in use, ",
-                                                 capacity_ - accounting_->used, " free"));
-    }
-    accounting_->used += rounded;
-  }
-  auto give_back = [&] {
-    absl::MutexLock lock(&accounting_->mu);
-    accounting_->used -= rounded;
-  };
-  if (req.isolated) {
-    auto buffer = AllocateIsolated(rounded);
-    if (!buffer.ok()) give_back();
-    return buffer;
-  }
-  std::shared_ptr<Arena> arena;
-  {
-    absl::MutexLock lock(&mu_);
-    auto a = ArenaFor(req.tenant);
-    if (!a.ok()) {
-      give_back();
-      return a.status();
-    }
-    arena = std::move(*a);
-  }
-  std::optional<uint64_t> offset;
+  GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim,
+                             lent_->Take(RoundedSize(req.device, req.size, req.isolated)));
+  if (req.isolated) return AllocateIsolated(std::move(claim));
+  GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<Arena> arena, ArenaFor(req.tenant));
   uint64_t largest = 0;
-  {
-    absl::MutexLock lock(&arena->mu);
-    offset = arena->ranges.Allocate(rounded);
-    if (!offset) largest = arena->ranges.largest_free_range();
-  }
+  const std::optional<uint64_t> offset = arena->Take(claim.bytes(), &largest);
   if (!offset) {
-    give_back();
-    return absl::ResourceExhaustedError(StrCat("host pool of tenant '", req.tenant,
-                                               "' fragmented: requested ", rounded,
-                                               " bytes, largest free range ", largest));
+    return OutOfMemoryRefusal(StrCat("host pool of tenant '", req.tenant,
+                                     "' fragmented: requested ", claim.bytes(),
+                                     " bytes, largest free range ", largest));
   }
-  return std::make_unique<ArenaBuffer>(arena, accounting_, *offset, rounded);
+  return std::make_unique<ArenaBuffer>(std::move(arena), std::move(claim), *offset);
 }
 
-absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateIsolated(uint64_t rounded) {
-  auto fd = CreateSealedMemfd("gpubroker:shared", rounded);
-  if (!fd.ok()) return fd.status();
-  const int raw = fd->get();
-  auto buffer = std::make_unique<IsolatedBuffer>(std::move(*fd), rounded, accounting_);
-  absl::MutexLock lock(&accounting_->mu);
-  accounting_->isolated_fds[buffer.get()] = raw;
-  return buffer;
+absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateIsolated(
+    CapacityGuard::Claim claim) {
+  GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, CreateSealedMemfd("gpubroker:shared", claim.bytes()));
+  return std::make_unique<IsolatedBuffer>(std::move(fd), std::move(claim), own_memfds_);
 }
 
-absl::StatusOr<FdGrant> HostBackend::ExportPool(PoolId pool, std::string_view tenant) {
-  std::shared_ptr<Arena> arena;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = arenas_by_id_.find(pool);
-    if (it != arenas_by_id_.end() && it->second->tenant == tenant) arena = it->second;
-  }
-  if (!arena) return absl::NotFoundError(StrCat("no pool ", pool, " for this tenant"));
-  auto copy = DupFd(arena->fd.get());
-  if (!copy.ok()) return copy.status();
-  return FdGrant{std::move(*copy), FdKind::kHostArena, arena->size, "host"};
+absl::StatusOr<FdGrant> HostBackend::ExportRegion(RegionId region, std::string_view tenant) {
+  return regions_.Export(region, tenant);
 }
 
 DeviceUsage HostBackend::Usage(int /*device*/) const {
   DeviceUsage u;
   u.capacity_bytes = capacity_;
-  std::vector<int> fds;
+  u.used_bytes = lent_->used();
+  std::vector<std::shared_ptr<Arena>> arenas;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, arena] : arenas_by_id_) fds.push_back(arena->fd.get());
+    for (const auto& [tenant, arena] : arenas_) arenas.push_back(arena);
   }
-  {
-    absl::MutexLock lock(&accounting_->mu);
-    u.used_bytes = accounting_->used;
-    for (const auto& [buffer, fd] : accounting_->isolated_fds)
-      u.reserved_bytes += AllocatedBytes(fd);
-  }
-  for (int fd : fds) u.reserved_bytes += AllocatedBytes(fd);
+  for (const auto& arena : arenas) u.reserved_bytes += AllocatedBytes(arena->fd());
+  own_memfds_->ForEach([&](int fd) { u.reserved_bytes += AllocatedBytes(fd); });
   u.free_bytes = MemAvailable();
   return u;
 }

@@ -9,6 +9,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/backend/backend.h"
+#include "daemon/backend/capacity_guard.h"
+#include "daemon/backend/region_table.h"
 
 namespace gpubroker {
 
@@ -30,28 +32,25 @@ class HostBackend final : public Backend {
   const std::vector<DeviceInfo>& devices() const override { return devices_; }
   uint64_t RoundedSize(int device, uint64_t size, bool isolated) const override;
   absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req) override;
-  absl::StatusOr<FdGrant> ExportPool(PoolId pool, std::string_view tenant) override;
+  absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) override;
   DeviceUsage Usage(int device) const override;
 
-  struct Arena;       // one tenant's memfd and its range allocator
-  struct Accounting;  // bytes in use, shared with live buffers
+  class Arena;      // one tenant's memfd and its range allocator
+  class OwnMemfds;  // the memfds of buffers shared across tenants, for Usage
 
  private:
-  absl::StatusOr<std::shared_ptr<Arena>> ArenaFor(const std::string& tenant)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateIsolated(uint64_t rounded);
+  absl::StatusOr<std::shared_ptr<Arena>> ArenaFor(const std::string& tenant);
+  absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateIsolated(CapacityGuard::Claim claim);
 
   const uint64_t capacity_;
   const uint64_t page_size_;
   std::vector<DeviceInfo> devices_;
-
-  // Shared with live buffers, which give their bytes back when destroyed.
-  std::shared_ptr<Accounting> accounting_;
+  std::shared_ptr<CapacityGuard> lent_;
+  std::shared_ptr<OwnMemfds> own_memfds_;
+  RegionTable regions_;
 
   mutable absl::Mutex mu_;
-  PoolId next_pool_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<std::string, std::shared_ptr<Arena>> arenas_by_tenant_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<PoolId, std::shared_ptr<Arena>> arenas_by_id_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<Arena>> arenas_ ABSL_GUARDED_BY(mu_);
 };
 
 /// Creates a sealed (no shrink, no grow) memfd of `size` bytes.

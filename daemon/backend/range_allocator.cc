@@ -2,7 +2,7 @@
 
 #include <iterator>
 
-#include "common/status_macros.h"
+#include "common/check.h"
 
 namespace gpubroker {
 
@@ -33,15 +33,15 @@ std::optional<uint64_t> RangeAllocator::Allocate(uint64_t size) {
 }
 
 void RangeAllocator::Free(uint64_t offset, uint64_t size) {
-  GPUBROKER_EXPECTS(size > 0 && offset + size <= capacity_, "range outside the allocator");
+  GPUBROKER_CHECK(size > 0 && offset + size <= capacity_, "range outside the allocator");
   auto next = by_offset_.lower_bound(offset);
-  GPUBROKER_EXPECTS(next == by_offset_.end() || offset + size <= next->first,
-                    "freed range overlaps a free range");
+  GPUBROKER_CHECK(next == by_offset_.end() || offset + size <= next->first,
+                  "freed range overlaps a free range");
   uint64_t start = offset;
   uint64_t length = size;
   if (next != by_offset_.begin()) {
     auto prev = std::prev(next);
-    GPUBROKER_EXPECTS(prev->first + prev->second <= offset, "freed range overlaps a free range");
+    GPUBROKER_CHECK(prev->first + prev->second <= offset, "freed range overlaps a free range");
     if (prev->first + prev->second == offset) {
       start = prev->first;
       length += prev->second;

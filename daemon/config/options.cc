@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/paths.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "yaml-cpp/yaml.h"
@@ -49,10 +50,9 @@ const std::vector<OptionSpec> kOptions = {
     {"host-pool-bytes", "GPUBROKER_HOST_POOL_BYTES", "host_pool_bytes", "SIZE", "1GiB",
      "Capacity of the host backend: all host buffers together (units: KiB, MiB, GiB, ...).",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       auto bytes = ParseBytes(v);
-       if (!bytes.ok()) return bytes.status();
-       if (*bytes < 4096) return absl::InvalidArgumentError("must be at least 4KiB");
-       o.host_pool_bytes = *bytes;
+       GPUBROKER_ASSIGN_OR_RETURN(auto bytes, ParseBytes(v));
+       if (bytes < 4096) return absl::InvalidArgumentError("must be at least 4KiB");
+       o.host_pool_bytes = bytes;
        return absl::OkStatus();
      }},
     {"metrics-address", "GPUBROKER_METRICS_ADDRESS", "metrics_address", "HOST:PORT",
@@ -89,10 +89,9 @@ const std::vector<OptionSpec> kOptions = {
     {"hello-timeout", "GPUBROKER_HELLO_TIMEOUT", "hello_timeout", "DURATION", "5s",
      "A client that connects to session.sock and says nothing is dropped after this.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       auto ms = ParseDurationMs(v);
-       if (!ms.ok()) return ms.status();
-       if (*ms == 0) return absl::InvalidArgumentError("must be positive");
-       o.hello_timeout_ms = *ms;
+       GPUBROKER_ASSIGN_OR_RETURN(auto ms, ParseDurationMs(v));
+       if (ms == 0) return absl::InvalidArgumentError("must be positive");
+       o.hello_timeout_ms = ms;
        return absl::OkStatus();
      }},
     {"devices", "GPUBROKER_DEVICES", "devices", "LIST", "all visible GPUs",
@@ -102,15 +101,14 @@ const std::vector<OptionSpec> kOptions = {
      "What the broker may lend per GPU: bytes (64GiB) or a share of the device (90%).",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
        // Checked here; resolved against each device by the CUDA backend.
-       if (auto s = ParseSizeOrShare(v); !s.ok()) return s.status();
+       GPUBROKER_RETURN_IF_ERROR(ParseSizeOrShare(v).status());
        return SetString(o.pool_bytes, Trim(v));
      }},
     {"vmm-threshold", "GPUBROKER_VMM_THRESHOLD", "vmm_threshold", "SIZE", "2GiB",
      "GPU buffers this large or larger are VMM allocations (so are cross-tenant shares).",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       auto bytes = ParseBytes(v);
-       if (!bytes.ok()) return bytes.status();
-       o.vmm_threshold = *bytes;
+       GPUBROKER_ASSIGN_OR_RETURN(auto bytes, ParseBytes(v));
+       o.vmm_threshold = bytes;
        return absl::OkStatus();
      }},
     {"small-buffers", "GPUBROKER_SMALL_BUFFERS", "small_buffers", "arena|pool", "arena",
@@ -128,9 +126,8 @@ const std::vector<OptionSpec> kOptions = {
      "Freed memory each tenant's GPU pool keeps mapped for its next allocations (and their "
      "importers); beyond it, freed memory goes back to the device.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       auto bytes = ParseBytes(v);
-       if (!bytes.ok()) return bytes.status();
-       o.pool_retain = *bytes;
+       GPUBROKER_ASSIGN_OR_RETURN(auto bytes, ParseBytes(v));
+       o.pool_retain = bytes;
        return absl::OkStatus();
      }},
     {"max-sessions-per-uid", "GPUBROKER_MAX_SESSIONS_PER_UID", "max_sessions_per_uid", "N", "256",
@@ -155,9 +152,8 @@ const std::vector<OptionSpec> kOptions = {
     {"default-quota", "GPUBROKER_DEFAULT_QUOTA", "default_quota", "SIZE", "unlimited",
      "Byte quota of a tenant that the config file does not list.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       auto q = ParseQuota(v);
-       if (!q.ok()) return q.status();
-       o.default_quota_bytes = *q;
+       GPUBROKER_ASSIGN_OR_RETURN(auto q, ParseQuota(v));
+       o.default_quota_bytes = q;
        return absl::OkStatus();
      }},
 };
@@ -317,7 +313,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     if (!in) return absl::InvalidArgumentError(StrCat("cannot read config file ", config));
     std::stringstream text;
     text << in.rdbuf();
-    if (auto s = ApplyConfigYaml(text.str(), config, out.options); !s.ok()) return s;
+    GPUBROKER_RETURN_IF_ERROR(ApplyConfigYaml(text.str(), config, out.options));
     out.options.config_file = config;
   }
   for (const auto& spec : kOptions) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/names.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "daemon/core/tensor.h"
 
@@ -14,11 +15,6 @@ namespace gpubroker {
 namespace {
 
 std::string TokenKey(const Token& t) { return std::string(t.begin(), t.end()); }
-
-absl::Status WithReason(absl::Status status, std::string_view reason) {
-  status.SetPayload(kRefusalReasonKey, absl::Cord(std::string(reason)));
-  return status;
-}
 
 std::string BackingName(ImportKind kind) {
   switch (kind) {
@@ -36,6 +32,9 @@ std::string BackingName(ImportKind kind) {
   return "unknown";
 }
 
+absl::Status ShuttingDown() { return absl::UnavailableError("gpubrokerd is shutting down"); }
+absl::Status SessionEnded() { return absl::UnauthenticatedError("session has ended"); }
+
 // Unix ms at which a TTL that starts at `now` passes, without signed overflow
 // (ttl_ms is at most kMaxTtlMs, checked before this is called).
 int64_t ExpiryTime(int64_t now, uint64_t ttl_ms) {
@@ -49,17 +48,15 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
 }  // namespace
 
-std::string RefusalReason(const absl::Status& status) {
-  auto payload = status.GetPayload(kRefusalReasonKey);
-  return payload ? std::string(*payload) : std::string();
-}
-
 std::string BufferKey::ToString() const {
   return id != 0 ? StrCat("id ", id) : StrCat("'", name, "'");
 }
 
-Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, RegistryLimits limits)
-    : backend_(backend), tenants_(std::move(tenants)), clock_(std::move(clock)), limits_(limits) {}
+Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, TenantLimits limits)
+    : backend_(backend),
+      tenants_(std::move(tenants)),
+      clock_(std::move(clock)),
+      books_(tenants_, limits) {}
 
 Registry::~Registry() { ReleaseAll(); }
 
@@ -78,11 +75,11 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   view.token = RandomToken();
   view.client_name = std::move(client_name);
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
+  if (shutting_down_) return ShuttingDown();
   view.id = next_session_++;
   by_token_[TokenKey(view.token)] = view.id;
   sessions_[view.id] = Session{view, {}, {}};
-  tenant_usage_[view.tenant].sessions++;
+  books_.SessionOpened(view.tenant);
   return view;
 }
 
@@ -95,7 +92,7 @@ SessionEndReport Registry::EndSession(SessionId id) {
   Session session = std::move(it->second);
   sessions_.erase(it);
   by_token_.erase(TokenKey(session.view.token));
-  tenant_usage_[session.view.tenant].sessions--;
+  books_.SessionEnded(session.view.tenant);
   report.session = session.view;
 
   std::vector<BufferId> touched;
@@ -138,6 +135,13 @@ Registry::Session* Registry::FindSession(SessionId id) {
   return it == sessions_.end() ? nullptr : &it->second;
 }
 
+absl::StatusOr<Registry::Session*> Registry::LiveSession(SessionId id) {
+  if (shutting_down_) return ShuttingDown();
+  Session* s = FindSession(id);
+  if (s == nullptr) return SessionEnded();
+  return s;
+}
+
 // Buffers ------------------------------------------------------------------
 
 bool Registry::Visible(const Buffer& b, const std::string& tenant) {
@@ -155,11 +159,9 @@ absl::StatusOr<Registry::Buffer*> Registry::FindVisible(const Session& s, const 
     }
     return &it->second;
   }
-  auto n = names_.find(key.name);
-  if (n == names_.end() || n->second == 0) {
-    return absl::NotFoundError(StrCat("no buffer named '", key.name, "'"));
-  }
-  Buffer& b = buffers_.at(n->second);
+  const std::optional<BufferId> id = names_.Find(key.name);
+  if (!id) return absl::NotFoundError(StrCat("no buffer named '", key.name, "'"));
+  Buffer& b = buffers_.at(*id);
   if (!Visible(b, s.view.tenant)) {
     return absl::NotFoundError(StrCat("no buffer named '", key.name, "'"));
   }
@@ -193,10 +195,7 @@ void Registry::MarkFreed(Buffer& b) {
   if (b.freed) return;
   b.freed = true;
   b.view.state = BufferState::kFreed;
-  if (!b.view.name.empty()) {
-    auto n = names_.find(b.view.name);
-    if (n != names_.end() && n->second == b.view.id) names_.erase(n);
-  }
+  if (!b.view.name.empty()) names_.Remove(b.view.name, b.view.id);
   if (b.in_expiries) {
     expiries_.erase({b.view.expires_unix_ms, b.view.id});
     b.in_expiries = false;
@@ -210,107 +209,61 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
   Buffer& b = it->second;
   if (!b.freed || b.view.leases > 0) return 0;
   const uint64_t bytes = b.view.reserved_size;
-  Tenant& t = tenant_usage_[b.view.tenant];
-  t.used_bytes -= bytes;
-  t.buffers--;
-  if (b.owns_descriptor) {
-    t.descriptors--;
-    if (limits_.descriptors != nullptr) limits_.descriptors->Release();
-  }
+  books_.ReleaseBuffer(b.view.tenant, bytes, b.owns_descriptor);
   dead.push_back(std::move(b.memory));
   buffers_.erase(it);
   return bytes;
 }
 
-absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const AllocateParams& p) {
-  // Validation that needs no lock.
+// Checks that need no lock.
+absl::Status Registry::ValidateAllocation(const AllocateParams& p) const {
   if (p.size == 0) return absl::InvalidArgumentError("size must be at least 1 byte");
   if (p.ttl_ms > kMaxTtlMs) {
     return absl::InvalidArgumentError(
         StrCat("ttl_ms ", p.ttl_ms, " exceeds the limit of ", kMaxTtlMs,
                " ms (10 years); a buffer meant to stay is allocated with keep and no TTL"));
   }
-  if (!p.name.empty()) {
-    if (auto s = ValidateName(p.name); !s.ok()) return s;
-  }
-  if (p.tensor) {
-    if (auto s = ValidateTensor(*p.tensor, p.size); !s.ok()) return s;
-  }
-  for (const auto& t : p.share_with) {
-    if (auto s = ValidateTenantName(t); !s.ok()) return s;
-  }
-  auto device = ResolveDevice(p.device);
-  if (!device.ok()) return device.status();
-  const DeviceInfo& dev = backend_.devices()[*device];
+  if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(ValidateName(p.name));
+  if (p.tensor) GPUBROKER_RETURN_IF_ERROR(ValidateTensor(*p.tensor, p.size));
+  for (const auto& t : p.share_with) GPUBROKER_RETURN_IF_ERROR(ValidateTenantName(t));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const AllocateParams& p) {
+  GPUBROKER_RETURN_IF_ERROR(ValidateAllocation(p));
+  GPUBROKER_ASSIGN_OR_RETURN(const int device, ResolveDevice(p.device));
+  const DeviceInfo& dev = backend_.devices()[device];
   if (p.size > dev.capacity_bytes) {
-    return WithReason(
-        absl::InvalidArgumentError(StrCat("size ", p.size, " bytes exceeds the capacity of device ",
-                                          dev.uuid, " (", dev.capacity_bytes, " bytes)")),
-        "invalid");
+    return absl::InvalidArgumentError(StrCat("size ", p.size,
+                                             " bytes exceeds the capacity of device ", dev.uuid,
+                                             " (", dev.capacity_bytes, " bytes)"));
   }
 
   std::string tenant;
   std::vector<std::string> share_with;
-  const bool isolated_hint = !p.share_with.empty();
-  const uint64_t rounded = backend_.RoundedSize(*device, p.size, isolated_hint);
+  const uint64_t rounded = backend_.RoundedSize(device, p.size, !p.share_with.empty());
   bool owns_descriptor = false;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
-    Session* s = FindSession(session_id);
-    if (s == nullptr) return absl::UnauthenticatedError("session has ended");
+    GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
     tenant = s->view.tenant;
     for (const auto& t : p.share_with) {
       if (t != tenant && std::find(share_with.begin(), share_with.end(), t) == share_with.end()) {
         share_with.push_back(t);
       }
     }
-    if (!p.name.empty() && names_.contains(p.name)) {
-      return absl::AlreadyExistsError(StrCat("buffer name '", p.name, "' is taken"));
+    // Hold the name and book the bytes before the backend call, which runs unlocked.
+    if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(p.name));
+    owns_descriptor = backend_.OwnsDescriptor(device, p.size, !share_with.empty());
+    if (absl::Status booked = books_.ReserveBuffer(tenant, rounded, owns_descriptor);
+        !booked.ok()) {
+      if (!p.name.empty()) names_.Drop(p.name);
+      return booked;
     }
-    Tenant& usage = tenant_usage_[tenant];
-    const uint64_t quota = tenants_.QuotaFor(tenant);
-    if (quota != 0 && usage.used_bytes + rounded > quota) {
-      const uint64_t left = quota > usage.used_bytes ? quota - usage.used_bytes : 0;
-      return WithReason(absl::ResourceExhaustedError(StrCat(
-                            "tenant '", tenant, "' over quota: requested ", rounded, " bytes, ",
-                            usage.used_bytes, " of ", quota, " in use, ", left, " left")),
-                        "quota");
-    }
-    if (limits_.max_buffers_per_tenant != 0 && usage.buffers >= limits_.max_buffers_per_tenant) {
-      return WithReason(absl::ResourceExhaustedError(StrCat(
-                            "tenant '", tenant, "' holds ", usage.buffers,
-                            " buffers, the limit (max_buffers_per_tenant); free some first")),
-                        "limit");
-    }
-    owns_descriptor = backend_.OwnsDescriptor(*device, p.size, !share_with.empty());
-    if (owns_descriptor) {
-      if (limits_.max_descriptors_per_tenant != 0 &&
-          usage.descriptors >= limits_.max_descriptors_per_tenant) {
-        return WithReason(
-            absl::ResourceExhaustedError(StrCat(
-                "tenant '", tenant, "' holds ", usage.descriptors,
-                " buffers with a descriptor of their own (shared across tenants or large), the "
-                "limit (max_descriptors_per_tenant); free some first")),
-            "limit");
-      }
-      if (limits_.descriptors != nullptr && !limits_.descriptors->TryCharge()) {
-        return WithReason(absl::ResourceExhaustedError(
-                              StrCat("gpubrokerd holds ", limits_.descriptors->in_use(), " of the ",
-                                     limits_.descriptors->limit(),
-                                     " descriptors it may hold for clients; try again later")),
-                          "limit");
-      }
-      usage.descriptors++;
-    }
-    // Reserve quota and name before the backend call, which runs unlocked.
-    usage.used_bytes += rounded;
-    usage.buffers++;
-    if (!p.name.empty()) names_[p.name] = 0;
   }
 
   AllocationRequest req;
-  req.device = *device;
+  req.device = device;
   req.tenant = tenant;
   req.size = p.size;
   req.isolated = !share_with.empty();
@@ -318,39 +271,30 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
 
   Graveyard dead;
   absl::MutexLock lock(&mu_);
-  Tenant& usage = tenant_usage_[tenant];
   auto roll_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    usage.used_bytes -= rounded;
-    usage.buffers--;
-    if (owns_descriptor) {
-      usage.descriptors--;
-      if (limits_.descriptors != nullptr) limits_.descriptors->Release();
-    }
-    if (!p.name.empty()) names_.erase(p.name);
+    books_.ReleaseBuffer(tenant, rounded, owns_descriptor);
+    if (!p.name.empty()) names_.Drop(p.name);
   };
   if (!memory.ok()) {
     roll_back();
-    if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
-      return WithReason(memory.status(), "out_of_memory");
-    }
-    return memory.status();
+    return memory.status();  // a refusal for want of memory carries its reason from the backend
   }
-  Session* s = FindSession(session_id);
-  if (shutting_down_ || s == nullptr) {
+  auto live = LiveSession(session_id);
+  if (!live.ok()) {
     roll_back();
     dead.push_back(std::move(*memory));
-    return shutting_down_ ? absl::UnavailableError("gpubrokerd is shutting down")
-                          : absl::UnauthenticatedError("session has ended");
+    return live.status();
   }
+  Session& s = **live;
   const uint64_t reserved = (*memory)->reserved_size();
-  usage.used_bytes = usage.used_bytes - rounded + reserved;
+  books_.Settle(tenant, rounded, reserved);
 
   Buffer b;
   b.view.id = next_buffer_++;
   b.view.name = p.name;
   b.view.size = p.size;
   b.view.reserved_size = reserved;
-  b.view.device = *device;
+  b.view.device = device;
   b.view.device_uuid = dev.uuid;
   b.view.tenant = tenant;
   b.view.state = BufferState::kAllocated;
@@ -367,48 +311,47 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   }
   b.memory = std::move(*memory);
   b.view.backing = BackingName(b.memory->import_info().kind);
-  if (!p.name.empty()) names_[p.name] = b.view.id;
+  if (!p.name.empty()) names_.Bind(p.name, b.view.id);
   const BufferId id = b.view.id;
   Buffer& stored = buffers_[id] = std::move(b);
-  s->owned.insert(id);
-  GrantLease(*s, stored);
+  s.owned.insert(id);
+  GrantLease(s, stored);
   changed_.SignalAll();
   return BufferGrant{stored.view, stored.memory->import_info()};
 }
 
+Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool allow_unsealed) {
+  auto found = FindVisible(s, key);
+  if (!found.ok()) {
+    // Only a name can come into existence later; an unknown id never will.
+    return {found.status(), key.id == 0};
+  }
+  Buffer& b = **found;
+  if (b.view.state == BufferState::kSealed || allow_unsealed) {
+    GrantLease(s, b);
+    return {BufferGrant{b.view, b.memory->import_info()}, false};
+  }
+  return {absl::FailedPreconditionError(StrCat(
+              "buffer ", key.ToString(), " is not sealed yet (open with wait, or allow_unsealed)")),
+          true};
+}
+
 absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey& key,
                                            const OpenParams& params) {
-  if (key.id == 0) {
-    if (auto s = ValidateName(key.name); !s.ok()) return s;
-  }
+  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ValidateName(key.name));
   absl::MutexLock lock(&mu_);
   for (;;) {
-    if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
-    Session* s = FindSession(session_id);
-    if (s == nullptr) return absl::UnauthenticatedError("session has ended");
-    auto found = FindVisible(*s, key);
-    absl::Status why_wait;
-    if (found.ok()) {
-      Buffer& b = **found;
-      if (b.view.state == BufferState::kSealed || params.allow_unsealed) {
-        GrantLease(*s, b);
-        return BufferGrant{b.view, b.memory->import_info()};
-      }
-      why_wait = absl::FailedPreconditionError(StrCat(
-          "buffer ", key.ToString(), " is not sealed yet (open with wait, or allow_unsealed)"));
-    } else {
-      why_wait = found.status();
-    }
-    // Only a name can come into existence later; an unknown id never will.
-    const bool can_wait = params.wait && (found.ok() || key.id == 0);
-    if (!can_wait) return why_wait;
+    GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
+    OpenAttempt attempt = TryOpen(*s, key, params.allow_unsealed);
+    if (attempt.result.ok() || !params.wait || !attempt.may_wait) return attempt.result;
     if (params.cancelled && params.cancelled()) {
       return absl::CancelledError("the call was cancelled");
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= params.deadline) {
+      const bool exists = attempt.result.status().code() == absl::StatusCode::kFailedPrecondition;
       return absl::DeadlineExceededError(StrCat("buffer ", key.ToString(),
-                                                found.ok() ? " was not sealed" : " did not appear",
+                                                exists ? " was not sealed" : " did not appear",
                                                 " before the deadline"));
     }
     const auto until = std::min(params.deadline, now + kWaitSlice);
@@ -418,32 +361,28 @@ absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey
 
 absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
-  Session* s = FindSession(session_id);
-  if (s == nullptr) return absl::UnauthenticatedError("session has ended");
-  auto found = FindVisible(*s, BufferKey{id, {}});
-  if (!found.ok()) return found.status();
-  Buffer& b = **found;
+  GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
+  GPUBROKER_ASSIGN_OR_RETURN(Buffer * b, FindVisible(*s, BufferKey{id, {}}));
   if (!s->leases.contains(id)) {
     return absl::FailedPreconditionError(
         StrCat("seal needs a lease on buffer ", id, "; open it first"));
   }
-  if (b.view.tenant != s->view.tenant) {
-    return absl::PermissionDeniedError(StrCat("buffer ", id, " belongs to tenant '", b.view.tenant,
+  if (b->view.tenant != s->view.tenant) {
+    return absl::PermissionDeniedError(StrCat("buffer ", id, " belongs to tenant '", b->view.tenant,
                                               "'; only its tenant may seal it"));
   }
-  if (b.view.state != BufferState::kSealed) {
-    b.view.state = BufferState::kSealed;
+  if (b->view.state != BufferState::kSealed) {
+    b->view.state = BufferState::kSealed;
     changed_.SignalAll();
   }
-  return b.view;
+  return b->view;
 }
 
 absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
   Graveyard dead;
   absl::MutexLock lock(&mu_);
-  Session* s = FindSession(session_id);
-  if (s == nullptr) return absl::UnauthenticatedError("session has ended");
+  Session* s = FindSession(session_id);  // also during shutdown: a release only gives back
+  if (s == nullptr) return SessionEnded();
   auto lease = s->leases.find(id);
   if (lease == s->leases.end()) {
     return absl::NotFoundError(StrCat("this session holds no lease on buffer ", id));
@@ -461,23 +400,17 @@ absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
 }
 
 absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey& key) {
-  if (key.id == 0) {
-    if (auto s = ValidateName(key.name); !s.ok()) return s;
-  }
+  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ValidateName(key.name));
   Graveyard dead;
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("gpubrokerd is shutting down");
-  Session* s = FindSession(session_id);
-  if (s == nullptr) return absl::UnauthenticatedError("session has ended");
-  auto found = FindVisible(*s, key);
-  if (!found.ok()) return found.status();
-  Buffer& b = **found;
-  if (b.view.tenant != s->view.tenant) {
+  GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
+  GPUBROKER_ASSIGN_OR_RETURN(Buffer * b, FindVisible(*s, key));
+  if (b->view.tenant != s->view.tenant) {
     return absl::PermissionDeniedError(StrCat("buffer ", key.ToString(), " belongs to tenant '",
-                                              b.view.tenant, "'; only its tenant may free it"));
+                                              b->view.tenant, "'; only its tenant may free it"));
   }
-  MarkFreed(b);
-  BufferView view = b.view;
+  MarkFreed(*b);
+  BufferView view = b->view;
   MaybeDestroy(view.id, dead);
   return view;
 }
@@ -499,15 +432,15 @@ std::vector<BufferView> Registry::List(SessionId session_id) const {
 
 // Descriptors ----------------------------------------------------------------
 
-absl::StatusOr<FdGrant> Registry::ExportPoolFd(SessionId session_id, PoolId pool) {
+absl::StatusOr<FdGrant> Registry::ExportRegionFd(SessionId session_id, RegionId region) {
   std::string tenant;
   {
     absl::ReaderMutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
-    if (it == sessions_.end()) return absl::UnauthenticatedError("session has ended");
+    if (it == sessions_.end()) return SessionEnded();
     tenant = it->second.view.tenant;
   }
-  return backend_.ExportPool(pool, tenant);
+  return backend_.ExportRegion(region, tenant);
 }
 
 absl::StatusOr<FdGrant> Registry::ExportBufferFd(SessionId session_id, BufferId id) {
@@ -515,13 +448,18 @@ absl::StatusOr<FdGrant> Registry::ExportBufferFd(SessionId session_id, BufferId 
   {
     absl::ReaderMutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
-    if (it == sessions_.end()) return absl::UnauthenticatedError("session has ended");
+    if (it == sessions_.end()) return SessionEnded();
     if (!it->second.leases.contains(id)) {
       return absl::NotFoundError(StrCat("this session holds no lease on buffer ", id));
     }
     memory = buffers_.at(id).memory;
   }
-  return memory->ExportFd();
+  const ExportedRegion* own = memory->own_region();
+  if (own == nullptr) {
+    return absl::FailedPreconditionError(StrCat(
+        "buffer ", id, " lives in region ", memory->import_info().region_id, "; fetch the region"));
+  }
+  return own->Export();  // `memory` keeps the region alive until the descriptor is made
 }
 
 // Time, state, shutdown --------------------------------------------------------
@@ -555,37 +493,24 @@ std::optional<int64_t> Registry::NextExpiry() const {
   return expiries_.begin()->first;
 }
 
-RegistrySnapshot Registry::Snapshot() const {
-  RegistrySnapshot snap;
-  snap.used_bytes_by_device.resize(backend_.devices().size());
+void Registry::AddBooksTo(NodeStatus& status) const {
   absl::ReaderMutexLock lock(&mu_);
-  snap.sessions = static_cast<uint32_t>(sessions_.size());
-  snap.buffers = static_cast<uint32_t>(buffers_.size());
-  for (const auto& [name, t] : tenant_usage_) {
-    if (t.sessions == 0 && t.buffers == 0 && tenants_.QuotaFor(name) == 0) continue;
-    snap.tenants.push_back({name, tenants_.QuotaFor(name), t.used_bytes, t.buffers, t.sessions});
-  }
-  for (const auto& spec : tenants_.configured()) {
-    if (!tenant_usage_.contains(spec.name)) {
-      snap.tenants.push_back({spec.name, spec.quota_bytes, 0, 0, 0});
-    }
-  }
-  std::sort(snap.tenants.begin(), snap.tenants.end(),
-            [](const TenantUsage& a, const TenantUsage& b) { return a.name < b.name; });
-  absl::flat_hash_map<std::pair<int, std::string>, CellUsage> cells;
+  status.sessions = static_cast<uint32_t>(sessions_.size());
+  status.buffers = static_cast<uint32_t>(buffers_.size());
+  status.tenants = books_.Tally();
+  absl::flat_hash_map<std::pair<int, std::string>, NodeStatus::Cell> cells;
   for (const auto& [id, b] : buffers_) {
-    CellUsage& c = cells[{b.view.device, b.view.tenant}];
+    NodeStatus::Cell& c = cells[{b.view.device, b.view.tenant}];
     c.device = b.view.device;
     c.tenant = b.view.tenant;
     c.buffers++;
     c.bytes += b.view.reserved_size;
-    snap.used_bytes_by_device[b.view.device] += b.view.reserved_size;
   }
-  for (auto& [key, c] : cells) snap.cells.push_back(std::move(c));
-  std::sort(snap.cells.begin(), snap.cells.end(), [](const CellUsage& a, const CellUsage& b) {
+  status.cells.clear();
+  for (auto& [key, c] : cells) status.cells.push_back(std::move(c));
+  std::sort(status.cells.begin(), status.cells.end(), [](const auto& a, const auto& b) {
     return std::tie(a.device, a.tenant) < std::tie(b.device, b.tenant);
   });
-  return snap;
 }
 
 void Registry::BeginShutdown() {
@@ -606,15 +531,15 @@ uint64_t Registry::ReleaseAll() {
   shutting_down_ = true;
   for (auto& [id, b] : buffers_) {
     bytes += b.view.reserved_size;
-    if (b.owns_descriptor && limits_.descriptors != nullptr) limits_.descriptors->Release();
+    books_.ReleaseBuffer(b.view.tenant, b.view.reserved_size, b.owns_descriptor);
     dead.push_back(std::move(b.memory));
   }
   buffers_.clear();
-  names_.clear();
+  names_.Clear();
   expiries_.clear();
   sessions_.clear();
   by_token_.clear();
-  tenant_usage_.clear();
+  books_.Clear();
   changed_.SignalAll();
   return bytes;
 }

@@ -17,17 +17,13 @@
 #include "common/token.h"
 #include "common/unix_socket.h"
 #include "daemon/backend/backend.h"
+#include "daemon/core/name_table.h"
+#include "daemon/core/node_status.h"
+#include "daemon/core/tenant_books.h"
 #include "daemon/core/tenants.h"
 #include "daemon/core/types.h"
-#include "daemon/util/descriptors.h"
 
 namespace gpubroker {
-
-/// Payload key on a RESOURCE_EXHAUSTED status: "quota" or "out_of_memory".
-inline constexpr const char* kRefusalReasonKey = "gpubroker.v1/reason";
-
-/// "quota", "out_of_memory", or "" for a status that carries no reason.
-std::string RefusalReason(const absl::Status& status);
 
 /// The longest TTL a buffer may have (ten years). Longer ones are refused with
 /// INVALID_ARGUMENT rather than saturated: a TTL that large is a mistake (or an
@@ -106,44 +102,6 @@ struct ExpiryReport {
   uint64_t reclaimed_bytes = 0;
 };
 
-struct TenantUsage {
-  std::string name;
-  uint64_t quota_bytes = 0;
-  uint64_t used_bytes = 0;
-  uint32_t buffers = 0;
-  uint32_t sessions = 0;
-};
-
-/// Buffers and bytes of one tenant on one device.
-struct CellUsage {
-  int device = 0;
-  std::string tenant;
-  uint32_t buffers = 0;
-  uint64_t bytes = 0;
-};
-
-struct RegistrySnapshot {
-  uint32_t sessions = 0;
-  uint32_t buffers = 0;
-  std::vector<TenantUsage> tenants;
-  std::vector<CellUsage> cells;
-  std::vector<uint64_t> used_bytes_by_device;
-};
-
-/// Count limits that keep one tenant from exhausting what all tenants share.
-struct RegistryLimits {
-  /// Buffers a tenant may hold at once (freed ones that still hold memory
-  /// included); 0: no limit.
-  uint32_t max_buffers_per_tenant = 0;
-  /// Buffers with a descriptor of their own (shared across tenants, or large
-  /// GPU buffers) a tenant may hold at once: the daemon holds one descriptor
-  /// for each. 0: no limit.
-  uint32_t max_descriptors_per_tenant = 0;
-  /// The daemon's descriptor budget, charged one per such buffer (shared with
-  /// the sockets' connections); null: not charged.
-  DescriptorBudget* descriptors = nullptr;
-};
-
 /// The broker's books: sessions, buffers, names, leases, tenants and quotas.
 ///
 /// Rules it enforces:
@@ -163,7 +121,7 @@ class Registry {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
-  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, RegistryLimits limits = {});
+  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, TenantLimits limits = {});
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -189,8 +147,8 @@ class Registry {
 
   // Descriptors (session.sock) ---------------------------------------------
 
-  /// The descriptor of a pool of the session's tenant.
-  absl::StatusOr<FdGrant> ExportPoolFd(SessionId session, PoolId pool);
+  /// The descriptor of a region (arena, slab, pool, fence page) of the session's tenant.
+  absl::StatusOr<FdGrant> ExportRegionFd(SessionId session, RegionId region);
   /// The descriptor of a buffer with an fd of its own, on which the session holds a lease.
   absl::StatusOr<FdGrant> ExportBufferFd(SessionId session, BufferId id);
 
@@ -201,9 +159,12 @@ class Registry {
   /// Unix ms of the next TTL to pass, if any.
   std::optional<int64_t> NextExpiry() const;
 
-  RegistrySnapshot Snapshot() const;
+  /// Fills in the books' part of the node's status: sessions, buffers,
+  /// tenants, and buffers per device and tenant (NodeStatusCollector adds the devices).
+  void AddBooksTo(NodeStatus& status) const;
   const TenantDirectory& tenants() const { return tenants_; }
   Backend& backend() { return backend_; }
+  const Backend& backend() const { return backend_; }
 
   /// New sessions and calls get UNAVAILABLE; waiting Opens return.
   void BeginShutdown();
@@ -221,20 +182,25 @@ class Registry {
     BufferView view;
     bool freed = false;
     bool in_expiries = false;      // {view.expires_unix_ms, id} is in expiries_
-    bool owns_descriptor = false;  // counted in Tenant::descriptors and the budget
+    bool owns_descriptor = false;  // counted as such in the books
     std::shared_ptr<BackendBuffer> memory;
   };
-  struct Tenant {
-    uint64_t used_bytes = 0;  // reserved bytes of its buffers, pending ones included
-    uint32_t buffers = 0;
-    uint32_t descriptors = 0;  // buffers with a descriptor of their own, pending ones included
-    uint32_t sessions = 0;
+  // One attempt at an Open: the grant, or why not and whether waiting may
+  // change that. What a waiter, wherever it waits, retries.
+  struct OpenAttempt {
+    absl::StatusOr<BufferGrant> result;
+    bool may_wait = false;
   };
   using Graveyard = std::vector<std::shared_ptr<BackendBuffer>>;
 
   int64_t Now() const;
   absl::StatusOr<int> ResolveDevice(const std::string& device) const;
+  absl::Status ValidateAllocation(const AllocateParams& params) const;
+  /// The session, or UNAVAILABLE during shutdown / UNAUTHENTICATED once it has ended.
+  absl::StatusOr<Session*> LiveSession(SessionId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Session* FindSession(SessionId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  OpenAttempt TryOpen(Session& s, const BufferKey& key, bool allow_unsealed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Buffer*> FindVisible(const Session& s, const BufferKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Visible(const Buffer& b, const std::string& tenant);
@@ -246,7 +212,6 @@ class Registry {
   Backend& backend_;
   const TenantDirectory tenants_;
   const Clock clock_;
-  const RegistryLimits limits_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // a buffer appeared, was sealed or freed; shutdown began
@@ -256,9 +221,8 @@ class Registry {
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
-  // Name -> buffer; 0 while the buffer is being allocated.
-  absl::flat_hash_map<std::string, BufferId> names_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Tenant> tenant_usage_ ABSL_GUARDED_BY(mu_);
+  NameTable names_ ABSL_GUARDED_BY(mu_);
+  TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,6 +1,7 @@
 #include "daemon/core/tenants.h"
 
 #include "common/names.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace gpubroker {
@@ -11,7 +12,7 @@ absl::StatusOr<TenantDirectory> TenantDirectory::Create(std::vector<TenantSpec> 
   dir.default_quota_ = default_quota_bytes;
   for (size_t i = 0; i < tenants.size(); ++i) {
     const TenantSpec& t = tenants[i];
-    if (auto s = ValidateTenantName(t.name); !s.ok()) return s;
+    GPUBROKER_RETURN_IF_ERROR(ValidateTenantName(t.name));
     if (!dir.by_name_.emplace(t.name, i).second) {
       return absl::InvalidArgumentError(StrCat("tenant '", t.name, "' is declared twice"));
     }

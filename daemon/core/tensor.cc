@@ -1,19 +1,16 @@
 #include "daemon/core/tensor.h"
 
+#include "common/dtype.h"
 #include "common/strings.h"
 
 namespace gpubroker {
 
-uint64_t DTypeSize(int dtype) {
-  // Indexed by gpubroker.v1.DType.
-  static constexpr uint64_t kSizes[] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16};
-  if (dtype < 0 || dtype >= static_cast<int>(std::size(kSizes))) return 0;
-  return kSizes[dtype];
-}
-
 absl::Status ValidateTensor(const TensorDesc& tensor, uint64_t buffer_size) {
-  const uint64_t item = DTypeSize(tensor.dtype);
-  if (item == 0) return absl::InvalidArgumentError(StrCat("unknown dtype ", tensor.dtype));
+  const DTypeTraits* dtype = FindDType(tensor.dtype);
+  if (dtype == nullptr || dtype->bytes == 0) {
+    return absl::InvalidArgumentError(StrCat("unknown dtype ", tensor.dtype));
+  }
+  const uint64_t item = dtype->bytes;
   if (tensor.shape.size() > 32) {
     return absl::InvalidArgumentError(
         StrCat("tensor has ", tensor.shape.size(), " dimensions; the limit is 32"));

@@ -7,9 +7,6 @@
 
 namespace gpubroker {
 
-/// Bytes per element of a gpubroker.v1.DType value; 0 for an unknown value.
-uint64_t DTypeSize(int dtype);
-
 /// Checks that a tensor descriptor is well formed and lies inside a buffer of
 /// `buffer_size` bytes: known dtype, non-negative extents and strides, and
 /// byte_offset + extent within the buffer. INVALID_ARGUMENT otherwise.

@@ -1,7 +1,7 @@
 #include "daemon/metrics/metrics.h"
 
+#include "common/refusal.h"
 #include "common/version.h"
-#include "daemon/core/registry.h"
 #include "prometheus/metric_family.h"
 
 namespace gpubroker {
@@ -12,10 +12,10 @@ using prometheus::MetricType;
 
 class Metrics::StateCollector final : public prometheus::Collectable {
  public:
-  explicit StateCollector(Sampler sampler) : sampler_(std::move(sampler)) {}
+  explicit StateCollector(const NodeStatusCollector& status) : status_(status) {}
 
   std::vector<MetricFamily> Collect() const override {
-    const MetricsSample s = sampler_();
+    const NodeStatus s = status_.Collect();
     std::vector<MetricFamily> out;
     auto gauge = [&](const char* name, const char* help) -> MetricFamily& {
       out.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
@@ -32,18 +32,18 @@ class Metrics::StateCollector final : public prometheus::Collectable {
         {{"version", kVersion}}, 1);
     add(gauge("gpubroker_sessions", "Client sessions open now."), {}, s.sessions);
     auto& connections = gauge("gpubroker_connections", "Client connections open now, by socket.");
-    add(connections, {{"socket", "session"}}, static_cast<double>(s.session_connections));
-    add(connections, {{"socket", "grpc"}}, static_cast<double>(s.grpc_connections));
-    if (s.open_descriptors >= 0) {
+    add(connections, {{"socket", "session"}}, static_cast<double>(s.process.session_connections));
+    add(connections, {{"socket", "grpc"}}, static_cast<double>(s.process.grpc_connections));
+    if (s.process.open_descriptors >= 0) {
       add(gauge("gpubroker_open_descriptors", "Descriptors the daemon holds open now."), {},
-          static_cast<double>(s.open_descriptors));
+          static_cast<double>(s.process.open_descriptors));
     }
     add(gauge("gpubroker_descriptor_limit", "The daemon's limit on open descriptors."), {},
-        static_cast<double>(s.descriptor_limit));
+        static_cast<double>(s.process.descriptor_limit));
     add(gauge("gpubroker_client_descriptors",
               "Descriptors held for clients: connections and buffers with a descriptor of "
               "their own."),
-        {}, static_cast<double>(s.client_descriptors));
+        {}, static_cast<double>(s.process.client_descriptors));
 
     auto& buffers = gauge("gpubroker_buffers", "Buffers holding memory, by device and tenant.");
     auto& bytes =
@@ -60,10 +60,11 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     auto& free = gauge("gpubroker_device_free_bytes",
                        "Free memory of the device as the driver or kernel reports it.");
     for (const auto& d : s.devices) {
-      add(capacity, {{"device", d.uuid}}, static_cast<double>(d.capacity_bytes));
-      add(reserved, {{"device", d.uuid}}, static_cast<double>(d.reserved_bytes));
-      add(used, {{"device", d.uuid}}, static_cast<double>(d.used_bytes));
-      add(free, {{"device", d.uuid}}, static_cast<double>(d.free_bytes));
+      const std::string& uuid = d.info.uuid;
+      add(capacity, {{"device", uuid}}, static_cast<double>(d.usage.capacity_bytes));
+      add(reserved, {{"device", uuid}}, static_cast<double>(d.usage.reserved_bytes));
+      add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
+      add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
     auto& quota = gauge("gpubroker_tenant_quota_bytes", "Byte quota per tenant (0: unlimited).");
     for (const auto& t : s.tenants) {
@@ -73,12 +74,12 @@ class Metrics::StateCollector final : public prometheus::Collectable {
   }
 
  private:
-  Sampler sampler_;
+  const NodeStatusCollector& status_;
 };
 
-Metrics::Metrics(Sampler sampler)
+Metrics::Metrics(const NodeStatusCollector& status)
     : registry_(std::make_shared<prometheus::Registry>()),
-      state_(std::make_shared<StateCollector>(std::move(sampler))),
+      state_(std::make_shared<StateCollector>(status)),
       allocations_(prometheus::BuildCounter()
                        .Name("gpubroker_allocations_total")
                        .Help("Allocate calls by result.")
@@ -104,32 +105,33 @@ Metrics::Metrics(Sampler sampler)
               .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
                                                                5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                2.5e-3, 5e-3, 1e-2, 0.1, 1})),
+      sessions_closed_(sessions_total_.Add({{"end", "closed"}})),
+      sessions_died_(sessions_total_.Add({{"end", "died"}})),
       sessions_started_(prometheus::BuildCounter()
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
                             .Add({})) {
-  alloc_ok_ = &allocations_.Add({{"result", "ok"}});
-  alloc_quota_ = &allocations_.Add({{"result", "quota"}});
-  alloc_oom_ = &allocations_.Add({{"result", "out_of_memory"}});
-  alloc_invalid_ = &allocations_.Add({{"result", "invalid"}});
-  alloc_limit_ = &allocations_.Add({{"result", "limit"}});
-  auto& refused = prometheus::BuildCounter()
-                      .Name("gpubroker_connections_refused_total")
-                      .Help(
-                          "Connections turned away at accept, by socket and reason: uid_limit "
-                          "(the uid holds as many as it may) or descriptors (the daemon is at "
-                          "its descriptor budget or limit).")
-                      .Register(*registry_);
+  auto& turned_away = prometheus::BuildCounter()
+                          .Name("gpubroker_connections_refused_total")
+                          .Help(
+                              "Connections turned away at accept, by socket and reason: "
+                              "uid_limit (the uid holds as many as it may) or descriptors (the "
+                              "daemon is at its descriptor budget or limit).")
+                          .Register(*registry_);
   for (int socket = 0; socket < 2; ++socket) {
     for (int why = 0; why < 2; ++why) {
-      refused_[socket][why] = &refused.Add({{"socket", socket == 0 ? "session" : "grpc"},
-                                            {"reason", why == 0 ? "uid_limit" : "descriptors"}});
+      turned_away_[socket][why] =
+          &turned_away.Add({{"socket", socket == 0 ? "session" : "grpc"},
+                            {"reason", why == 0 ? "uid_limit" : "descriptors"}});
     }
   }
-  sessions_closed_ = &sessions_total_.Add({{"end", "closed"}});
-  sessions_died_ = &sessions_total_.Add({{"end", "died"}});
-  for (const char* r : {"ok", "not_found", "not_sealed", "timeout", "invalid", "unavailable"}) {
+  // Every label exists from the start, so that rates and alerts see zeros.
+  for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
+    allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
+  }
+  for (const char* r :
+       {"ok", "not_found", "not_sealed", "timeout", "cancelled", "invalid", "unavailable"}) {
     open_results_.emplace_back(r, &opens_.Add({{"result", r}}));
   }
 }
@@ -140,10 +142,10 @@ std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() co
 
 std::string_view Metrics::AllocationResult(const absl::Status& status) {
   if (status.ok()) return "ok";
-  const std::string reason = RefusalReason(status);
-  if (reason == "quota") return "quota";
-  if (reason == "out_of_memory") return "out_of_memory";
-  if (reason == "limit") return "limit";
+  if (const Refusal refusal = RefusalOf(status); refusal != Refusal::kNone) {
+    return RefusalName(refusal);
+  }
+  if (status.code() == absl::StatusCode::kUnavailable) return "unavailable";
   return "invalid";
 }
 
@@ -156,8 +158,9 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition:
       return "not_sealed";
     case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
       return "timeout";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
     case absl::StatusCode::kUnavailable:
       return "unavailable";
     default:
@@ -165,39 +168,34 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
   }
 }
 
-void Metrics::Allocation(std::string_view result, double seconds) {
-  if (result == "ok") {
-    alloc_ok_->Increment();
-    allocation_seconds_.Observe(seconds);
-  } else if (result == "quota") {
-    alloc_quota_->Increment();
-  } else if (result == "out_of_memory") {
-    alloc_oom_->Increment();
-  } else if (result == "limit") {
-    alloc_limit_->Increment();
-  } else {
-    alloc_invalid_->Increment();
+namespace {
+
+prometheus::Counter& Find(std::vector<std::pair<std::string, prometheus::Counter*>>& counters,
+                          std::string_view label, prometheus::Family<prometheus::Counter>& family) {
+  for (auto& [name, counter] : counters) {
+    if (name == label) return *counter;
   }
+  return family.Add({{"result", std::string(label)}});
 }
 
-void Metrics::Open(std::string_view result) {
-  for (auto& [label, counter] : open_results_) {
-    if (label == result) {
-      counter->Increment();
-      return;
-    }
-  }
-  opens_.Add({{"result", std::string(result)}}).Increment();
+}  // namespace
+
+void Metrics::Allocation(std::string_view result, double seconds) {
+  Find(allocation_results_, result, allocations_).Increment();
+  if (result == "ok") allocation_seconds_.Observe(seconds);
 }
+
+void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 
 void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }
 
-void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_)->Increment(); }
+void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
 
 void Metrics::SessionStarted() { sessions_started_.Increment(); }
 
-void Metrics::ConnectionRefused(Socket socket, Refusal why) {
-  refused_[socket == Socket::kSession ? 0 : 1][why == Refusal::kUidLimit ? 0 : 1]->Increment();
+void Metrics::ConnectionRefused(Socket socket, TurnedAway why) {
+  turned_away_[socket == Socket::kSession ? 0 : 1][why == TurnedAway::kUidLimit ? 0 : 1]
+      ->Increment();
 }
 
 }  // namespace gpubroker

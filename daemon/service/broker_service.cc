@@ -4,13 +4,13 @@
 
 #include "common/strings.h"
 #include "common/token.h"
-#include "common/version.h"
 #include "daemon/service/convert.h"
 
 namespace gpubroker {
 
-BrokerService::BrokerService(BrokerCalls& calls, DaemonFacts facts)
-    : calls_(calls), registry_(calls.registry()), facts_(std::move(facts)) {}
+BrokerService::BrokerService(BrokerCalls& calls, const NodeStatusCollector& status,
+                             DaemonFacts facts)
+    : calls_(calls), registry_(calls.registry()), status_(status), facts_(std::move(facts)) {}
 
 absl::StatusOr<SessionView> BrokerService::Authenticate(const grpc::ServerContext& ctx) const {
   if (registry_.shutting_down()) return absl::UnavailableError("gpubrokerd is shutting down");
@@ -82,50 +82,7 @@ grpc::Status BrokerService::Status(grpc::ServerContext* ctx, const v1::StatusReq
                                    v1::StatusResponse* resp) {
   auto session = Authenticate(*ctx);
   if (!session.ok()) return ToGrpcStatus(calls_.Refuse("Status", nullptr, session.status()));
-  Backend& backend = registry_.backend();
-  const RegistrySnapshot snap = registry_.Snapshot();
-  resp->set_version(kVersion);
-  resp->set_backend(std::string(backend.name()));
-  const auto& devices = backend.devices();
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const DeviceInfo& d = devices[i];
-    const DeviceUsage u = backend.Usage(static_cast<int>(i));
-    auto* out = resp->add_devices();
-    out->set_uuid(d.uuid);
-    out->set_name(d.name);
-    out->set_backend(d.backend);
-    out->set_ordinal(d.ordinal);
-    out->set_total_bytes(d.total_bytes);
-    out->set_capacity_bytes(u.capacity_bytes);
-    out->set_reserved_bytes(u.reserved_bytes);
-    out->set_used_bytes(u.used_bytes);
-    out->set_free_bytes(u.free_bytes);
-    out->set_compute_capability(d.compute_capability);
-    uint32_t buffers = 0;
-    for (const auto& c : snap.cells) {
-      if (c.device == static_cast<int>(i)) buffers += c.buffers;
-    }
-    out->set_buffers(buffers);
-  }
-  for (const auto& t : snap.tenants) {
-    auto* out = resp->add_tenants();
-    out->set_name(t.name);
-    out->set_quota_bytes(t.quota_bytes);
-    out->set_used_bytes(t.used_bytes);
-    out->set_buffers(t.buffers);
-    out->set_sessions(t.sessions);
-  }
-  resp->set_sessions(snap.sessions);
-  resp->set_buffers(snap.buffers);
-  resp->set_metrics_address(facts_.metrics_address);
-  resp->set_socket_dir(facts_.socket_dir);
-  resp->set_started_unix_ms(facts_.started_unix_ms);
-  auto* self = resp->mutable_self();
-  self->set_session_id(session->id);
-  self->set_tenant(session->tenant);
-  self->set_pid(session->peer.pid);
-  self->set_uid(session->peer.uid);
-  self->set_gid(session->peer.gid);
+  ToProto(status_.Collect(), facts_, *session, resp);
   return grpc::Status::OK;
 }
 

@@ -2,24 +2,19 @@
 
 #include <string>
 
+#include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
 #include "daemon/service/calls.h"
+#include "daemon/service/convert.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
 
 namespace gpubroker {
-
-/// Facts about the running daemon that Status reports.
-struct DaemonFacts {
-  std::string socket_dir;
-  std::string metrics_address;  // as bound (the real port), empty when off
-  int64_t started_unix_ms = 0;
-};
 
 /// gpubroker.v1.Broker: authenticates the caller by its token and hands the
 /// call to BrokerCalls (shared with session.sock). No business logic lives here.
 class BrokerService final : public v1::Broker::Service {
  public:
-  BrokerService(BrokerCalls& calls, DaemonFacts facts);
+  BrokerService(BrokerCalls& calls, const NodeStatusCollector& status, DaemonFacts facts);
 
   grpc::Status Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,
                         v1::AllocateResponse* resp) override;
@@ -41,6 +36,7 @@ class BrokerService final : public v1::Broker::Service {
 
   BrokerCalls& calls_;
   Registry& registry_;
+  const NodeStatusCollector& status_;
   const DaemonFacts facts_;
 };
 

@@ -8,7 +8,7 @@
 
 namespace gpubroker {
 
-BrokerCalls::BrokerCalls(Registry& registry, Metrics* metrics)
+BrokerCalls::BrokerCalls(Registry& registry, Metrics& metrics)
     : registry_(registry), metrics_(metrics) {}
 
 absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s, absl::Status status) {
@@ -31,7 +31,7 @@ absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateReque
   auto grant = registry_.Allocate(s.id, FromProto(req));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (metrics_ != nullptr) metrics_->Allocation(Metrics::AllocationResult(grant.status()), seconds);
+  metrics_.Allocation(Metrics::AllocationResult(grant.status()), seconds);
   if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
   ToProto(grant->buffer, resp->mutable_buffer());
   ToProto(grant->import, resp->mutable_import());
@@ -42,7 +42,7 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
                                v1::OpenResponse* resp) {
   auto key = FromProto(req.ref());
   if (!key.ok()) {
-    if (metrics_ != nullptr) metrics_->Open("invalid");
+    metrics_.Open("invalid");
     return Refuse("Open", &s, key.status());
   }
   params.wait = req.wait();
@@ -52,7 +52,7 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
                                                     std::chrono::milliseconds(req.timeout_ms()));
   }
   auto grant = registry_.Open(s.id, *key, params);
-  if (metrics_ != nullptr) metrics_->Open(Metrics::OpenResult(grant.status()));
+  metrics_.Open(Metrics::OpenResult(grant.status()));
   if (!grant.ok()) return Refuse("Open", &s, grant.status());
   ToProto(grant->buffer, resp->mutable_buffer());
   ToProto(grant->import, resp->mutable_import());

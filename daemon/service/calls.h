@@ -16,7 +16,7 @@ namespace gpubroker {
 /// the registry. Thread-safe.
 class BrokerCalls {
  public:
-  BrokerCalls(Registry& registry, Metrics* metrics);
+  BrokerCalls(Registry& registry, Metrics& metrics);
 
   absl::Status Allocate(const SessionView& s, const v1::AllocateRequest& req,
                         v1::AllocateResponse* resp);
@@ -33,11 +33,11 @@ class BrokerCalls {
   absl::Status Refuse(std::string_view call, const SessionView* s, absl::Status status);
 
   Registry& registry() { return registry_; }
-  Metrics* metrics() { return metrics_; }
+  Metrics& metrics() { return metrics_; }
 
  private:
   Registry& registry_;
-  Metrics* metrics_;
+  Metrics& metrics_;
   RateLimiter warn_limiter_{10.0, 50.0};
 };
 

@@ -1,10 +1,33 @@
 #include "daemon/service/convert.h"
 
+#include "common/refusal.h"
+#include "common/version.h"
+#include "common/wire/tensor.h"
+
 namespace gpubroker {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  const auto code = static_cast<grpc::StatusCode>(status.code());
+  std::string message(status.message());
+  const Refusal refusal = RefusalOf(status);
+  if (refusal == Refusal::kNone) return grpc::Status(code, std::move(message));
+  // The reason goes in the status details (grpc-status-details-bin), as
+  // google.rpc.Status carries it, so that any gRPC client can read it.
+  v1::RpcStatus details;
+  details.set_code(static_cast<int32_t>(status.code()));
+  details.set_message(message);
+  v1::ErrorInfo info;
+  info.set_reason(static_cast<v1::RefusalReason>(refusal));
+  details.add_details()->PackFrom(info);
+  return grpc::Status(code, std::move(message), details.SerializeAsString());
+}
+
+void ToErrorFrame(const absl::Status& status, uint64_t request_id, v1::ErrorFrame* out) {
+  out->set_request_id(request_id);
+  out->set_code(static_cast<int32_t>(status.code()));
+  out->set_message(std::string(status.message()));
+  out->set_reason(static_cast<v1::RefusalReason>(RefusalOf(status)));
 }
 
 namespace {
@@ -19,6 +42,24 @@ v1::BufferState ToProto(BufferState s) {
       return v1::BUFFER_STATE_FREED;
   }
   return v1::BUFFER_STATE_UNSPECIFIED;
+}
+
+v1::FdKind ToProto(FdKind kind) {
+  switch (kind) {
+    case FdKind::kHostArena:
+      return v1::FD_KIND_HOST_ARENA;
+    case FdKind::kHostBuffer:
+      return v1::FD_KIND_HOST_BUFFER;
+    case FdKind::kCudaPool:
+      return v1::FD_KIND_CUDA_POOL;
+    case FdKind::kCudaVmm:
+      return v1::FD_KIND_CUDA_VMM;
+    case FdKind::kCudaFences:
+      return v1::FD_KIND_CUDA_FENCES;
+    case FdKind::kCudaSlab:
+      return v1::FD_KIND_CUDA_SLAB;
+  }
+  return v1::FD_KIND_UNSPECIFIED;
 }
 
 v1::ImportKind ToProto(ImportKind k) {
@@ -39,22 +80,6 @@ v1::ImportKind ToProto(ImportKind k) {
 
 }  // namespace
 
-void ToProto(const TensorDesc& tensor, v1::TensorDescriptor* out) {
-  out->set_dtype(static_cast<v1::DType>(tensor.dtype));
-  for (int64_t d : tensor.shape) out->add_shape(d);
-  for (int64_t s : tensor.strides) out->add_strides(s);
-  out->set_byte_offset(tensor.byte_offset);
-}
-
-TensorDesc FromProto(const v1::TensorDescriptor& tensor) {
-  TensorDesc t;
-  t.dtype = static_cast<int>(tensor.dtype());
-  t.shape.assign(tensor.shape().begin(), tensor.shape().end());
-  t.strides.assign(tensor.strides().begin(), tensor.strides().end());
-  t.byte_offset = tensor.byte_offset();
-  return t;
-}
-
 void ToProto(const BufferView& v, v1::BufferInfo* out) {
   out->set_id(v.id);
   out->set_name(v.name);
@@ -63,9 +88,7 @@ void ToProto(const BufferView& v, v1::BufferInfo* out) {
   out->set_device_uuid(v.device_uuid);
   out->set_tenant(v.tenant);
   out->set_state(ToProto(v.state));
-  if (v.tensor) {
-    ToProto(*v.tensor, out->mutable_tensor());
-  }
+  if (v.tensor) TensorToProto(*v.tensor, out->mutable_tensor());
   out->set_keep(v.keep);
   out->set_expires_unix_ms(v.expires_unix_ms);
   for (const auto& t : v.shared_with) out->add_shared_with(t);
@@ -77,14 +100,73 @@ void ToProto(const BufferView& v, v1::BufferInfo* out) {
 
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_kind(ToProto(info.kind));
-  out->set_pool_id(info.pool_id);
+  out->set_region_id(info.region_id);
   out->set_offset(info.offset);
   out->set_mapped_size(info.mapped_size);
   out->set_export_data(info.export_data);
-  out->set_fence_pool_id(info.fence_pool_id);
+  out->set_fence_region_id(info.fence_region_id);
   out->set_fence_offset(info.fence_offset);
   out->set_fence_value(info.fence_value);
   out->set_device_uuid(info.device_uuid);
+}
+
+void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* out) {
+  out->set_request_id(request.request_id());
+  out->set_kind(ToProto(grant.kind));
+  if (request.target_case() == v1::FdRequest::kRegionId) out->set_region_id(request.region_id());
+  if (request.target_case() == v1::FdRequest::kBufferId) out->set_buffer_id(request.buffer_id());
+  out->set_size(grant.size);
+  out->set_device_uuid(grant.device_uuid);
+}
+
+void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView& self,
+             v1::StatusResponse* out) {
+  out->set_version(kVersion);
+  out->set_backend(status.backend);
+  for (const NodeStatus::Device& d : status.devices) {
+    auto* o = out->add_devices();
+    o->set_uuid(d.info.uuid);
+    o->set_name(d.info.name);
+    o->set_backend(d.info.backend);
+    o->set_ordinal(d.info.ordinal);
+    o->set_total_bytes(d.info.total_bytes);
+    o->set_capacity_bytes(d.usage.capacity_bytes);
+    o->set_reserved_bytes(d.usage.reserved_bytes);
+    o->set_used_bytes(d.usage.used_bytes);
+    o->set_free_bytes(d.usage.free_bytes);
+    o->set_compute_capability(d.info.compute_capability);
+    o->set_buffers(d.buffers);
+  }
+  for (const NodeStatus::Tenant& t : status.tenants) {
+    auto* o = out->add_tenants();
+    o->set_name(t.name);
+    o->set_quota_bytes(t.quota_bytes);
+    o->set_used_bytes(t.used_bytes);
+    o->set_buffers(t.buffers);
+    o->set_sessions(t.sessions);
+  }
+  out->set_sessions(status.sessions);
+  out->set_buffers(status.buffers);
+  out->set_metrics_address(facts.metrics_address);
+  out->set_socket_dir(facts.socket_dir);
+  out->set_started_unix_ms(facts.started_unix_ms);
+  auto* me = out->mutable_self();
+  me->set_session_id(self.id);
+  me->set_tenant(self.tenant);
+  me->set_pid(self.peer.pid);
+  me->set_uid(self.peer.uid);
+  me->set_gid(self.peer.gid);
+}
+
+void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out) {
+  out->set_session_id(session.id);
+  out->set_token(std::string(session.token.begin(), session.token.end()));
+  out->set_tenant(session.tenant);
+  out->set_daemon_version(kVersion);
+  out->set_backend(std::string(backend.name()));
+  out->set_protocol_version(kProtocolVersion);
+  const uint64_t quick = backend.QuickAllocationLimit();
+  out->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
 }
 
 AllocateParams FromProto(const v1::AllocateRequest& r) {
@@ -92,7 +174,7 @@ AllocateParams FromProto(const v1::AllocateRequest& r) {
   p.size = r.size();
   p.device = r.device();
   p.name = r.name();
-  if (r.has_tensor()) p.tensor = FromProto(r.tensor());
+  if (r.has_tensor()) p.tensor = TensorFromProto<TensorDesc>(r.tensor());
   p.keep = r.keep();
   p.ttl_ms = r.ttl_ms();
   p.share_with.assign(r.share_with().begin(), r.share_with().end());

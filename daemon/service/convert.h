@@ -2,20 +2,36 @@
 
 #include "absl/status/status.h"
 #include "daemon/backend/backend.h"
+#include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
 #include "gpubroker/v1/broker.pb.h"
+#include "gpubroker/v1/session.pb.h"
 #include "grpcpp/support/status.h"
 
 namespace gpubroker {
 
+/// Facts about the running daemon that Status reports.
+struct DaemonFacts {
+  std::string socket_dir;
+  std::string metrics_address;  // as bound (the real port), empty when off
+  int64_t started_unix_ms = 0;
+};
+
 /// The one place where an internal status becomes a gRPC status (their codes
-/// are the same numbers).
+/// are the same numbers); a refusal's reason travels in its details.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+/// The same for session.sock: an ErrorFrame answering `request_id`.
+void ToErrorFrame(const absl::Status& status, uint64_t request_id, v1::ErrorFrame* out);
 
 void ToProto(const BufferView& view, v1::BufferInfo* out);
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out);
-void ToProto(const TensorDesc& tensor, v1::TensorDescriptor* out);
-TensorDesc FromProto(const v1::TensorDescriptor& tensor);
+/// What travels with a descriptor, answering `request`.
+void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* out);
+/// The node's state, and who asks, as the Status call answers it.
+void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView& self,
+             v1::StatusResponse* out);
+/// The answer to Hello: the session, the daemon, and where the quick calls end.
+void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out);
 AllocateParams FromProto(const v1::AllocateRequest& request);
 /// INVALID_ARGUMENT when the reference names neither an id nor a name.
 absl::StatusOr<BufferKey> FromProto(const v1::BufferRef& ref);

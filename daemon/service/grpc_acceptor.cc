@@ -23,7 +23,7 @@ constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
 }  // namespace
 
 GrpcAcceptor::GrpcAcceptor(DescriptorBudget& descriptors, ReserveDescriptor& reserve,
-                           Metrics* metrics, Options options)
+                           Metrics& metrics, Options options)
     : descriptors_(descriptors),
       reserve_(reserve),
       metrics_(metrics),
@@ -144,9 +144,7 @@ void GrpcAcceptor::OutOfDescriptors() {
   // A gRPC client learns nothing from a frame of ours; closing at once makes
   // its call fail fast (UNAVAILABLE) instead of waiting in the listen queue.
   reserve_.Shed(listener_.get(), [](int) {});
-  if (metrics_ != nullptr) {
-    metrics_->ConnectionRefused(Metrics::Socket::kGrpc, Metrics::Refusal::kDescriptors);
-  }
+  metrics_.ConnectionRefused(Metrics::Socket::kGrpc, Metrics::TurnedAway::kDescriptors);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
   listening_ = false;
   resume_accepting_ = std::chrono::steady_clock::now() + kAcceptBackoff;
@@ -161,9 +159,7 @@ void GrpcAcceptor::Admit(UniqueFd fd) {
     return;
   }
   if (!per_uid_.TryAdmit(peer->uid)) {
-    if (metrics_ != nullptr) {
-      metrics_->ConnectionRefused(Metrics::Socket::kGrpc, Metrics::Refusal::kUidLimit);
-    }
+    metrics_.ConnectionRefused(Metrics::Socket::kGrpc, Metrics::TurnedAway::kUidLimit);
     Warn(StrCat("gpubroker.sock: closing a connection of pid ", peer->pid, " uid ", peer->uid,
                 ": the uid holds ", per_uid_.max_per_uid(),
                 " connections, the limit (max_grpc_connections_per_uid)"));
@@ -172,9 +168,7 @@ void GrpcAcceptor::Admit(UniqueFd fd) {
   // Two descriptors: gRPC's and the duplicate watched here.
   if (!descriptors_.TryCharge(2)) {
     per_uid_.Release(peer->uid);
-    if (metrics_ != nullptr) {
-      metrics_->ConnectionRefused(Metrics::Socket::kGrpc, Metrics::Refusal::kDescriptors);
-    }
+    metrics_.ConnectionRefused(Metrics::Socket::kGrpc, Metrics::TurnedAway::kDescriptors);
     Warn(StrCat("gpubroker.sock: closing a connection of pid ", peer->pid, " uid ", peer->uid,
                 ": gpubrokerd holds ", descriptors_.in_use(), " of the ", descriptors_.limit(),
                 " descriptors it may hold for clients"));

@@ -44,7 +44,7 @@ class GrpcAcceptor {
     uint32_t max_connections_per_uid = 0;  // 0: no cap
   };
 
-  GrpcAcceptor(DescriptorBudget& descriptors, ReserveDescriptor& reserve, Metrics* metrics,
+  GrpcAcceptor(DescriptorBudget& descriptors, ReserveDescriptor& reserve, Metrics& metrics,
                Options options);
   ~GrpcAcceptor();
   GrpcAcceptor(const GrpcAcceptor&) = delete;
@@ -78,7 +78,7 @@ class GrpcAcceptor {
 
   DescriptorBudget& descriptors_;
   ReserveDescriptor& reserve_;
-  Metrics* metrics_;
+  Metrics& metrics_;
   PerUidConnections per_uid_;
   grpc::Server* server_ = nullptr;
   UniqueFd listener_;

@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
+#include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
@@ -20,24 +22,6 @@ constexpr auto kSweepInterval = std::chrono::milliseconds(100);
 // How long accepting pauses after the kernel refused a descriptor.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
-v1::FdKind ToWire(FdKind kind) {
-  switch (kind) {
-    case FdKind::kHostArena:
-      return v1::FD_KIND_HOST_ARENA;
-    case FdKind::kHostBuffer:
-      return v1::FD_KIND_HOST_BUFFER;
-    case FdKind::kCudaPool:
-      return v1::FD_KIND_CUDA_POOL;
-    case FdKind::kCudaVmm:
-      return v1::FD_KIND_CUDA_VMM;
-    case FdKind::kCudaFences:
-      return v1::FD_KIND_CUDA_FENCES;
-    case FdKind::kCudaSlab:
-      return v1::FD_KIND_CUDA_SLAB;
-  }
-  return v1::FD_KIND_UNSPECIFIED;
-}
-
 std::string Describe(const PeerCredentials& p) {
   return StrCat("pid ", p.pid, " uid ", p.uid, " gid ", p.gid);
 }
@@ -46,9 +30,7 @@ std::string Describe(const PeerCredentials& p) {
 // session), without blocking. The caller closes the connection.
 void TurnAway(int fd, const std::string& why) {
   v1::SessionFrame frame;
-  auto* e = frame.mutable_error();
-  e->set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
-  e->set_message(why);
+  ToErrorFrame(LimitRefusal(why), 0, frame.mutable_error());
   (void)SendSome(fd, EncodeFrame(frame));
 }
 
@@ -205,9 +187,7 @@ void SessionServer::OutOfDescriptors() {
   const std::string why = StrCat("gpubrokerd has run out of file descriptors (", std::strerror(err),
                                  "); try again later");
   reserve_.Shed(listener_.get(), [&](int fd) { TurnAway(fd, why); });
-  if (metrics_ != nullptr) {
-    metrics_->ConnectionRefused(Metrics::Socket::kSession, Metrics::Refusal::kDescriptors);
-  }
+  metrics_.ConnectionRefused(Metrics::Socket::kSession, Metrics::TurnedAway::kDescriptors);
   // The listener stays readable while connections wait: stop watching it for
   // a moment instead of spinning on it.
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
@@ -224,9 +204,7 @@ void SessionServer::Admit(UniqueFd fd) {
     return;
   }
   if (!per_uid_.TryAdmit(peer->uid)) {
-    if (metrics_ != nullptr) {
-      metrics_->ConnectionRefused(Metrics::Socket::kSession, Metrics::Refusal::kUidLimit);
-    }
+    metrics_.ConnectionRefused(Metrics::Socket::kSession, Metrics::TurnedAway::kUidLimit);
     const std::string why = StrCat("uid ", peer->uid, " holds ", per_uid_.max_per_uid(),
                                    " connections to session.sock, the limit "
                                    "(max_sessions_per_uid); close some first");
@@ -236,9 +214,7 @@ void SessionServer::Admit(UniqueFd fd) {
   }
   if (!descriptors_.TryCharge()) {
     per_uid_.Release(peer->uid);
-    if (metrics_ != nullptr) {
-      metrics_->ConnectionRefused(Metrics::Socket::kSession, Metrics::Refusal::kDescriptors);
-    }
+    metrics_.ConnectionRefused(Metrics::Socket::kSession, Metrics::TurnedAway::kDescriptors);
     const std::string why =
         StrCat("gpubrokerd holds ", descriptors_.in_use(), " of the ", descriptors_.limit(),
                " descriptors it may hold for clients; try again later");
@@ -366,61 +342,42 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   }
   v1::SessionFrame reply;
   if (hello.protocol_version() != kProtocolVersion) {
-    auto* e = reply.mutable_error();
-    e->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
-    e->set_message(StrCat("protocol version ", hello.protocol_version(),
-                          " is not supported; this daemon speaks ", kProtocolVersion));
+    ToErrorFrame(absl::FailedPreconditionError(StrCat("protocol version ", hello.protocol_version(),
+                                                      " is not supported; this daemon speaks ",
+                                                      kProtocolVersion)),
+                 0, reply.mutable_error());
     SendFrame(c, reply);
     return Outcome::kDrop;
   }
   auto session = registry_.OpenSession(c.peer, hello.client_name().substr(0, 64));
   if (!session.ok()) {
-    auto* e = reply.mutable_error();
-    e->set_code(static_cast<int>(session.status().code()));
-    e->set_message(std::string(session.status().message()));
+    ToErrorFrame(session.status(), 0, reply.mutable_error());
     SendFrame(c, reply);
     return Outcome::kDrop;
   }
   c.session = session->id;
   c.view = *session;
-  if (metrics_ != nullptr) metrics_->SessionStarted();
+  metrics_.SessionStarted();
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
-  auto* w = reply.mutable_welcome();
-  w->set_session_id(session->id);
-  w->set_token(std::string(session->token.begin(), session->token.end()));
-  w->set_tenant(session->tenant);
-  w->set_daemon_version(kVersion);
-  w->set_backend(std::string(registry_.backend().name()));
-  w->set_protocol_version(kProtocolVersion);
-  const uint64_t quick = registry_.backend().QuickAllocationLimit();
-  w->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
+  ToWelcome(*session, registry_.backend(), reply.mutable_welcome());
   return SendFrame(c, reply);
 }
 
 SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdRequest& request) {
-  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no pool or buffer");
-  if (request.target_case() == v1::FdRequest::kPoolId) {
-    grant = registry_.ExportPoolFd(c.session, request.pool_id());
+  absl::StatusOr<FdGrant> grant = absl::InvalidArgumentError("FdRequest names no region or buffer");
+  if (request.target_case() == v1::FdRequest::kRegionId) {
+    grant = registry_.ExportRegionFd(c.session, request.region_id());
   } else if (request.target_case() == v1::FdRequest::kBufferId) {
     grant = registry_.ExportBufferFd(c.session, request.buffer_id());
   }
   v1::SessionFrame reply;
   if (!grant.ok()) {
     Warn(StrCat("session ", c.session, ": fd request refused: ", grant.status().message()));
-    auto* e = reply.mutable_error();
-    e->set_request_id(request.request_id());
-    e->set_code(static_cast<int>(grant.status().code()));
-    e->set_message(std::string(grant.status().message()));
+    ToErrorFrame(grant.status(), request.request_id(), reply.mutable_error());
     return SendFrame(c, reply);
   }
-  auto* g = reply.mutable_fd_grant();
-  g->set_request_id(request.request_id());
-  g->set_kind(ToWire(grant->kind));
-  if (request.target_case() == v1::FdRequest::kPoolId) g->set_pool_id(request.pool_id());
-  if (request.target_case() == v1::FdRequest::kBufferId) g->set_buffer_id(request.buffer_id());
-  g->set_size(grant->size);
-  g->set_device_uuid(grant->device_uuid);
+  ToProto(*grant, request, reply.mutable_fd_grant());
   return SendFrame(c, reply, std::move(grant->fd));
 }
 
@@ -459,10 +416,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   }
   if (!status.ok()) {
     reply.Clear();
-    auto* e = reply.mutable_error();
-    e->set_request_id(call.request_id());
-    e->set_code(static_cast<int>(status.code()));
-    e->set_message(std::string(status.message()));
+    ToErrorFrame(status, call.request_id(), reply.mutable_error());
   }
   return SendFrame(c, reply);
 }
@@ -497,10 +451,8 @@ void SessionServer::EndSession(Connection& c, bool clean) {
   if (c.session == 0) return;
   const SessionEndReport r = registry_.EndSession(c.session);
   c.session = 0;
-  if (metrics_ != nullptr) {
-    metrics_->SessionEnded(clean);
-    if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
-  }
+  metrics_.SessionEnded(clean);
+  if (r.reclaimed_bytes > 0) metrics_.Reclaimed(r.reclaimed_bytes);
   spdlog::info("session {} {}: {} tenant '{}', {} leases dropped", r.session.id,
                clean ? "closed" : "died", Describe(r.session.peer), r.session.tenant,
                r.leases_dropped);

@@ -8,9 +8,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "common/frame.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/calls.h"
@@ -102,7 +102,7 @@ class SessionServer {
 
   BrokerCalls& calls_;
   Registry& registry_;
-  Metrics* metrics_;
+  Metrics& metrics_;
   DescriptorBudget& descriptors_;
   ReserveDescriptor& reserve_;
   Options options_;

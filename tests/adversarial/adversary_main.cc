@@ -26,7 +26,7 @@
 #include "common/strings.h"
 #include "common/unix_socket.h"
 #include "gpubroker/client.hpp"
-#include "tests/adversarial/raw_session.h"
+#include "tests/integration/raw_session.h"
 
 namespace {
 
@@ -189,12 +189,12 @@ std::string FdFlood(State& st, int n) {
   call.mutable_allocate()->set_size(4096);
   auto allocated = s->Call(call);
   if (!allocated.ok()) return StrCat("err INTERNAL ", allocated.status().message());
-  const uint64_t pool = allocated->allocate().import().pool_id();
+  const uint64_t pool = allocated->allocate().import().region_id();
   std::string bytes;
   for (int i = 0; i < n; ++i) {
     gpubroker::v1::SessionFrame f;
     f.mutable_fd_request()->set_request_id(5000 + i);
-    f.mutable_fd_request()->set_pool_id(pool);
+    f.mutable_fd_request()->set_region_id(pool);
     bytes += gpubroker::EncodeFrame(f);
   }
   if (auto sent = gpubroker::SendAll(s->fd(), bytes); !sent.ok()) {

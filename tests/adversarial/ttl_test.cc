@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/adversarial/adversary.h"
-#include "tests/adversarial/raw_session.h"
+#include "tests/integration/raw_session.h"
 
 namespace gpubroker::testing {
 namespace {

@@ -6,7 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common/frame.h"
+#include "common/refusal.h"
+#include "common/wire/frame.h"
 #include "google/protobuf/stubs/logging.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -39,6 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!copy.ok() || !copy->has_value() ||
           (*copy)->SerializeAsString() != (*frame)->SerializeAsString()) {
         std::abort();
+      }
+      // Whatever reason an ErrorFrame claims, the daemon's status keeps it
+      // only when it is one that exists.
+      if ((*frame)->has_error()) {
+        const int reason = (*frame)->error().reason();
+        const auto kept = gpubroker::RefusalOf(
+            gpubroker::WithRefusal(absl::ResourceExhaustedError((*frame)->error().message()),
+                                   static_cast<gpubroker::Refusal>(reason)));
+        const bool known = reason >= 1 && reason <= 3;
+        if (static_cast<int>(kept) != (known ? reason : 0)) std::abort();
       }
     }
   }

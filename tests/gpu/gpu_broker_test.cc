@@ -11,8 +11,8 @@
 #include <map>
 
 #include "common/cuda/cuda_util.h"
-#include "common/frame.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"
@@ -254,7 +254,7 @@ tenants:
   for (uint64_t pool = 1; pool <= 8; ++pool) {
     v1::SessionFrame req;
     req.mutable_fd_request()->set_request_id(pool);
-    req.mutable_fd_request()->set_pool_id(pool);
+    req.mutable_fd_request()->set_region_id(pool);
     ASSERT_TRUE(SendAll(fd->get(), EncodeFrame(req)).ok());
     auto reply = read_frame();
     ASSERT_TRUE(reply.has_value());

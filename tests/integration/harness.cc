@@ -19,6 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/strings.h"
+#include "common/token.h"
+#include "common/unix_socket.h"
 #include "gtest/gtest.h"
 
 namespace gpubroker::testing {

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
+#include "gpubroker/v1/session.pb.h"
+#include "tests/integration/raw_session.h"
 
 namespace gpubroker::testing {
 

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <random>
 
-#include "common/frame.h"
 #include "common/token.h"
 #include "common/unix_socket.h"
+#include "common/wire/frame.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -236,7 +236,7 @@ TEST_F(Robustness, SilentClientsAreDroppedAndDoNotStallOthers) {
 TEST_F(Robustness, ProtocolViolationsAreDropped) {
   UniqueFd early = Connect();
   v1::SessionFrame req;
-  req.mutable_fd_request()->set_pool_id(1);
+  req.mutable_fd_request()->set_region_id(1);
   Write(early.get(), EncodeFrame(req));
   EXPECT_TRUE(ClosedByDaemon(early.get(), 1s)) << "FdRequest before Hello";
 
@@ -263,7 +263,7 @@ TEST_F(Robustness, FdRequestsAreCheckedAndRefusalsKeepTheSession) {
   for (uint64_t pool : {0ull, 12345ull}) {
     v1::SessionFrame req;
     req.mutable_fd_request()->set_request_id(pool + 1);
-    req.mutable_fd_request()->set_pool_id(pool);
+    req.mutable_fd_request()->set_region_id(pool);
     Write(fd.get(), EncodeFrame(req));
     auto reply = ReadFrame(fd.get());
     ASSERT_TRUE(reply && reply->has_error()) << "pool " << pool;

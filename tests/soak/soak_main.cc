@@ -109,8 +109,8 @@ int Worker(const Options& o) {
     try {
       if (dice < 40) {
         gpubroker::AllocateOptions ao;
-        if (rng() % 10 < 7) ao.name = "soak." + std::to_string(o.worker) + "." +
-                                      std::to_string(rng() % slots);
+        if (rng() % 10 < 7)
+          ao.name = "soak." + std::to_string(o.worker) + "." + std::to_string(rng() % slots);
         if (rng() % 10 == 0) {
           ao.keep = true;
           ao.ttl = std::chrono::milliseconds(200 + rng() % 2000);
@@ -123,8 +123,8 @@ int Worker(const Options& o) {
         mine.push_back(std::move(b));
         if (mine.size() > 16) mine.pop_front();
       } else if (dice < 70) {
-        const std::string name = "soak." + std::to_string(rng() % o.clients) + "." +
-                                 std::to_string(rng() % slots);
+        const std::string name =
+            "soak." + std::to_string(rng() % o.clients) + "." + std::to_string(rng() % slots);
         gpubroker::OpenOptions oo;
         if (rng() % 5 == 0) {
           oo.wait = true;
@@ -134,8 +134,8 @@ int Worker(const Options& o) {
         const int64_t bad =
             gpubroker::testing::Check(b, b.id(), std::min<uint64_t>(b.size(), 4096));
         if (bad >= 0) {
-          std::fprintf(stderr, "CORRUPT worker %d: %s (id %lu) byte %ld\n", o.worker,
-                       name.c_str(), static_cast<unsigned long>(b.id()), static_cast<long>(bad));
+          std::fprintf(stderr, "CORRUPT worker %d: %s (id %lu) byte %ld\n", o.worker, name.c_str(),
+                       static_cast<unsigned long>(b.id()), static_cast<long>(bad));
         }
         theirs.push_back(std::move(b));
         if (theirs.size() > 8) theirs.pop_front();
@@ -245,7 +245,8 @@ std::map<std::string, double> Scrape(const std::string& address) {
   while (std::getline(lines, line)) {
     if (line.empty() || line[0] == '#') continue;
     const auto sp = line.rfind(' ');
-    if (sp != std::string::npos) out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+    if (sp != std::string::npos)
+      out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
   }
   return out;
 }
@@ -263,15 +264,20 @@ int Supervise(const Options& o) {
   ::chmod(dir.c_str(), 0755);
   const std::string logs = o.log_dir.empty() ? dir : o.log_dir;
   std::filesystem::create_directories(logs);
-  const int daemon_log = ::open((logs + "/gpubrokerd.log").c_str(),
-                                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int client_log = ::open((logs + "/clients.log").c_str(),
-                                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int daemon_log =
+      ::open((logs + "/gpubrokerd.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int client_log =
+      ::open((logs + "/clients.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int start_pipe[2];
   if (::pipe2(start_pipe, O_CLOEXEC) != 0) return 2;
   std::vector<std::string> dargs = {
       (std::filesystem::path(Self()).parent_path() / "gpubrokerd").string(),
-      "--socket-dir", dir, "--metrics-address", "127.0.0.1:0", "--backend", o.backend};
+      "--socket-dir",
+      dir,
+      "--metrics-address",
+      "127.0.0.1:0",
+      "--backend",
+      o.backend};
   dargs.insert(dargs.end(), o.daemon_args.begin(), o.daemon_args.end());
   const pid_t daemon = Spawn(dargs, start_pipe[1], daemon_log);
   ::close(start_pipe[1]);
@@ -326,9 +332,8 @@ int Supervise(const Options& o) {
   uint64_t spawned = 0, killed = 0;
   auto spawn = [&](int i) {
     workers[i] = Spawn({Self(), "--worker", std::to_string(i), "--socket-dir", dir, "--clients",
-                        std::to_string(o.clients), "--rate", std::to_string(o.rate),
-                        "--size-max", std::to_string(o.size_max), "--seed",
-                        std::to_string(rng())},
+                        std::to_string(o.clients), "--rate", std::to_string(o.rate), "--size-max",
+                        std::to_string(o.size_max), "--seed", std::to_string(rng())},
                        -1, client_log);
     ++spawned;
   };
@@ -426,18 +431,21 @@ int Supervise(const Options& o) {
   out["corrupt_reads"] = corrupt;
   out["unexpected_errors"] = unexpected + quiet_errors.load();
   out["daemon_exit_status"] = daemon_status;
-  out["rss_kib"] = {{"start", samples.front().rss_kib}, {"warm", warm.rss_kib},
-                    {"end", last.rss_kib}, {"max", rss_max}};
-  out["fds"] = {{"start", samples.front().fds}, {"warm", warm.fds}, {"end", last.fds},
-                {"max", fds_max}};
+  out["rss_kib"] = {{"start", samples.front().rss_kib},
+                    {"warm", warm.rss_kib},
+                    {"end", last.rss_kib},
+                    {"max", rss_max}};
+  out["fds"] = {
+      {"start", samples.front().fds}, {"warm", warm.fds}, {"end", last.fds}, {"max", fds_max}};
   out["daemon_cpu_s"] = last.cpu_s;
-  out["quiet_allocate_us"] = {
-      {"alone", {{"n", quiet_alone.size()},
-                 {"p50", Percentile(quiet_alone, 0.5)},
-                 {"p99", Percentile(quiet_alone, 0.99)}}},
-      {"noisy", {{"n", quiet_noisy.size()},
-                 {"p50", Percentile(quiet_noisy, 0.5)},
-                 {"p99", Percentile(quiet_noisy, 0.99)}}}};
+  out["quiet_allocate_us"] = {{"alone",
+                               {{"n", quiet_alone.size()},
+                                {"p50", Percentile(quiet_alone, 0.5)},
+                                {"p99", Percentile(quiet_alone, 0.99)}}},
+                              {"noisy",
+                               {{"n", quiet_noisy.size()},
+                                {"p50", Percentile(quiet_noisy, 0.5)},
+                                {"p99", Percentile(quiet_noisy, 0.99)}}}};
   const double ratio = Percentile(quiet_alone, 0.99) > 0
                            ? Percentile(quiet_noisy, 0.99) / Percentile(quiet_alone, 0.99)
                            : 0;
@@ -459,15 +467,14 @@ int Supervise(const Options& o) {
       static_cast<unsigned long>(killed), metric("gpubroker_allocations_total{result=\"ok\"}"),
       metric("gpubroker_opens_total{result=\"ok\"}"),
       metric("gpubroker_sessions_total{end=\"died\"}"),
-      metric("gpubroker_sessions_total{end=\"closed\"}"),
-      metric("gpubroker_reclaimed_bytes_total"), static_cast<unsigned long>(used), st.buffers,
-      static_cast<unsigned long>(corrupt), static_cast<unsigned long>(unexpected + quiet_errors),
-      static_cast<unsigned long>(samples.front().rss_kib),
-      static_cast<unsigned long>(warm.rss_kib), static_cast<unsigned long>(last.rss_kib),
-      static_cast<unsigned long>(rss_max), samples.front().fds, warm.fds, last.fds, fds_max,
-      last.cpu_s, Percentile(quiet_alone, 0.5), Percentile(quiet_alone, 0.99),
-      quiet_alone.size(), Percentile(quiet_noisy, 0.5), Percentile(quiet_noisy, 0.99),
-      quiet_noisy.size(), ratio);
+      metric("gpubroker_sessions_total{end=\"closed\"}"), metric("gpubroker_reclaimed_bytes_total"),
+      static_cast<unsigned long>(used), st.buffers, static_cast<unsigned long>(corrupt),
+      static_cast<unsigned long>(unexpected + quiet_errors),
+      static_cast<unsigned long>(samples.front().rss_kib), static_cast<unsigned long>(warm.rss_kib),
+      static_cast<unsigned long>(last.rss_kib), static_cast<unsigned long>(rss_max),
+      samples.front().fds, warm.fds, last.fds, fds_max, last.cpu_s, Percentile(quiet_alone, 0.5),
+      Percentile(quiet_alone, 0.99), quiet_alone.size(), Percentile(quiet_noisy, 0.5),
+      Percentile(quiet_noisy, 0.99), quiet_noisy.size(), ratio);
   if (!first_problem.empty()) std::printf("  first problem: %s\n", first_problem.c_str());
   if (!o.json_out.empty()) std::ofstream(o.json_out) << out.dump(2) << "\n";
 

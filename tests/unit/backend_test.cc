@@ -67,13 +67,13 @@ TEST_P(BackendTest, PoolFdGoesOnlyToItsTenant) {
   auto buffer = backend_->Allocate(Request(4096, "alice"));
   ASSERT_TRUE(buffer.ok());
   const ImportInfo& info = (*buffer)->import_info();
-  if (info.pool_id == 0) GTEST_SKIP() << "this backend gives every buffer an fd of its own";
-  auto mine = backend_->ExportPool(info.pool_id, "alice");
+  if (info.region_id == 0) GTEST_SKIP() << "this backend gives every buffer an fd of its own";
+  auto mine = backend_->ExportRegion(info.region_id, "alice");
   ASSERT_TRUE(mine.ok()) << mine.status();
   EXPECT_TRUE(mine->fd.valid());
-  EXPECT_EQ(backend_->ExportPool(info.pool_id, "mallory").status().code(),
+  EXPECT_EQ(backend_->ExportRegion(info.region_id, "mallory").status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(backend_->ExportPool(info.pool_id + 1000, "alice").status().code(),
+  EXPECT_EQ(backend_->ExportRegion(info.region_id + 1000, "alice").status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -81,21 +81,21 @@ TEST_P(BackendTest, TenantsGetSeparatePools) {
   auto a = backend_->Allocate(Request(4096, "alice"));
   auto b = backend_->Allocate(Request(4096, "bob"));
   ASSERT_TRUE(a.ok() && b.ok());
-  if ((*a)->import_info().pool_id == 0) GTEST_SKIP() << "no pools: every buffer has its own fd";
-  EXPECT_NE((*a)->import_info().pool_id, (*b)->import_info().pool_id);
+  if ((*a)->import_info().region_id == 0) GTEST_SKIP() << "no pools: every buffer has its own fd";
+  EXPECT_NE((*a)->import_info().region_id, (*b)->import_info().region_id);
 }
 
 TEST_P(BackendTest, IsolatedBufferHasAnFdOfItsOwn) {
   auto shared = backend_->Allocate(Request(10000, "alice", /*isolated=*/true));
   ASSERT_TRUE(shared.ok()) << shared.status();
-  EXPECT_EQ((*shared)->import_info().pool_id, 0u);
-  auto grant = (*shared)->ExportFd();
+  EXPECT_EQ((*shared)->import_info().region_id, 0u);
+  auto grant = (*shared)->own_region()->Export();
   ASSERT_TRUE(grant.ok()) << grant.status();
   EXPECT_EQ(grant->size, (*shared)->reserved_size());
   auto pooled = backend_->Allocate(Request(10000, "alice"));
   ASSERT_TRUE(pooled.ok());
-  if ((*pooled)->import_info().pool_id != 0) {
-    EXPECT_FALSE((*pooled)->ExportFd().ok());
+  if ((*pooled)->import_info().region_id != 0) {
+    EXPECT_EQ((*pooled)->own_region(), nullptr) << "a buffer in a region has no fd of its own";
   }
 }
 
@@ -114,7 +114,7 @@ TEST(HostBackend, ArenaFdIsSealedAgainstResizing) {
   HostBackend backend(1 << 20);
   auto buffer = backend.Allocate({0, "t", 4096, false});
   ASSERT_TRUE(buffer.ok());
-  auto pool = backend.ExportPool((*buffer)->import_info().pool_id, "t");
+  auto pool = backend.ExportRegion((*buffer)->import_info().region_id, "t");
   ASSERT_TRUE(pool.ok());
   EXPECT_NE(ftruncate(pool->fd.get(), 0), 0) << "a client could shrink the arena";
   EXPECT_NE(ftruncate(pool->fd.get(), 1 << 30), 0) << "a client could grow the arena";
@@ -125,8 +125,8 @@ TEST(HostBackend, TwoMappingsSeeTheSameBytes) {
   auto buffer = backend.Allocate({0, "t", 8192, false});
   ASSERT_TRUE(buffer.ok());
   const ImportInfo info = (*buffer)->import_info();
-  auto fd1 = backend.ExportPool(info.pool_id, "t");
-  auto fd2 = backend.ExportPool(info.pool_id, "t");
+  auto fd1 = backend.ExportRegion(info.region_id, "t");
+  auto fd2 = backend.ExportRegion(info.region_id, "t");
   auto* a = static_cast<unsigned char*>(Map(fd1->fd.get(), info.offset, info.mapped_size));
   auto* b = static_cast<unsigned char*>(Map(fd2->fd.get(), info.offset, info.mapped_size));
   a[0] = 0x5a;
@@ -142,7 +142,7 @@ TEST(HostBackend, FreedRangesAreZeroedAndTheirPagesReleased) {
   auto buffer = backend.Allocate({0, "t", 64 * 1024, false});
   ASSERT_TRUE(buffer.ok());
   const ImportInfo info = (*buffer)->import_info();
-  auto pool = backend.ExportPool(info.pool_id, "t");
+  auto pool = backend.ExportRegion(info.region_id, "t");
   auto* p = static_cast<unsigned char*>(Map(pool->fd.get(), info.offset, info.mapped_size));
   std::memset(p, 0xee, info.mapped_size);
   EXPECT_GE(backend.Usage(0).reserved_bytes, info.mapped_size);
@@ -162,7 +162,7 @@ TEST(HostBackend, IsolatedFdExposesNothingBeyondItsBuffer) {
   auto secret = backend.Allocate({0, "alice", 4096, false});
   auto shared = backend.Allocate({0, "alice", 4096, true});
   ASSERT_TRUE(secret.ok() && shared.ok());
-  auto grant = (*shared)->ExportFd();
+  auto grant = (*shared)->own_region()->Export();
   ASSERT_TRUE(grant.ok());
   struct stat st {};
   ASSERT_EQ(fstat(grant->fd.get(), &st), 0);
@@ -188,7 +188,7 @@ TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
   const ImportInfo first = held[0]->import_info();
   EXPECT_EQ(first.kind, ImportKind::kCudaArena);
   for (const auto& b : held) {
-    EXPECT_EQ(b->import_info().pool_id, first.pool_id) << "one slab holds them all";
+    EXPECT_EQ(b->import_info().region_id, first.region_id) << "one slab holds them all";
     EXPECT_EQ(b->import_info().mapped_size, 1 * kMiB);
   }
   EXPECT_NE(held[1]->import_info().offset, held[0]->import_info().offset);
@@ -205,12 +205,12 @@ TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
   // More than the first slab holds: a second, larger slab.
   auto big = backend->Allocate({0, "t", 100 * kMiB, false});
   ASSERT_TRUE(big.ok()) << big.status();
-  EXPECT_NE((*big)->import_info().pool_id, first.pool_id);
-  auto slab = backend->ExportPool((*big)->import_info().pool_id, "t");
+  EXPECT_NE((*big)->import_info().region_id, first.region_id);
+  auto slab = backend->ExportRegion((*big)->import_info().region_id, "t");
   ASSERT_TRUE(slab.ok()) << slab.status();
   EXPECT_EQ(slab->kind, FdKind::kCudaSlab);
   EXPECT_GE(slab->size, 100 * kMiB);
-  EXPECT_EQ(backend->ExportPool((*big)->import_info().pool_id, "u").status().code(),
+  EXPECT_EQ(backend->ExportRegion((*big)->import_info().region_id, "u").status().code(),
             absl::StatusCode::kNotFound);
   held.clear();
   again->reset();
@@ -240,7 +240,7 @@ TEST(BackendTest_cuda_vmm, FreedAllocationsAreReusedByTheirTenantOnly) {
   auto again = backend->Allocate({0, "t", kSize, false});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(reserved(), r0 + size) << "the kept allocation came back";
-  auto fd = (*again)->ExportFd();
+  auto fd = (*again)->own_region()->Export();
   ASSERT_TRUE(fd.ok()) << fd.status();
   auto other = backend->Allocate({0, "u", kSize, false});
   ASSERT_TRUE(other.ok());

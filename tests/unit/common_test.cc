@@ -1,10 +1,10 @@
 // Frames, names, units, tokens.
 #include <string>
 
-#include "common/frame.h"
 #include "common/names.h"
 #include "common/token.h"
 #include "common/units.h"
+#include "common/wire/frame.h"
 #include "gtest/gtest.h"
 
 namespace gpubroker {

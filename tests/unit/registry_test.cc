@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "common/refusal.h"
 #include "daemon/backend/host_backend.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backends_under_test.h"
@@ -52,8 +53,9 @@ class RegistryTest : public ::testing::TestWithParam<BackendUnderTest> {
   }
 
   uint64_t Used() const { return backend_->Usage(0).used_bytes; }
+  NodeStatus Status() const { return NodeStatusCollector(*registry_, *backend_).Collect(); }
   uint64_t TenantUsed(const std::string& tenant) const {
-    for (const auto& t : registry_->Snapshot().tenants) {
+    for (const auto& t : Status().tenants) {
       if (t.name == tenant) return t.used_bytes;
     }
     return 0;
@@ -250,7 +252,7 @@ TEST_P(RegistryTest, QuotaRefusesWithTheNumbersAndFreesUp) {
   auto a = Alloc(s, 3 * kMiB);
   auto over = registry_->Allocate(s, {.size = 2 * kMiB});
   ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(RefusalReason(over.status()), "quota");
+  EXPECT_EQ(RefusalOf(over.status()), Refusal::kQuota);
   const std::string msg(over.status().message());
   EXPECT_NE(msg.find("team"), std::string::npos) << msg;
   const uint64_t asked = backend_->RoundedSize(0, 2 * kMiB, false);
@@ -281,13 +283,13 @@ TEST_P(RegistryTest, OtherTenantsSeeNothingUnlessShared) {
   EXPECT_EQ(registry_->Free(bob, {secret.buffer.id, {}}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(registry_->List(bob).empty());
-  EXPECT_EQ(registry_->ExportPoolFd(bob, secret.import.pool_id).status().code(),
+  EXPECT_EQ(registry_->ExportRegionFd(bob, secret.import.region_id).status().code(),
             absl::StatusCode::kNotFound);
 
   auto shared =
       registry_->Allocate(alice, {.size = 4096, .name = "for-bob", .share_with = {"uid-2000"}});
   ASSERT_TRUE(shared.ok());
-  EXPECT_EQ(shared->import.pool_id, 0u) << "a cross-tenant buffer must have an fd of its own";
+  EXPECT_EQ(shared->import.region_id, 0u) << "a cross-tenant buffer must have an fd of its own";
   ASSERT_TRUE(registry_->Seal(alice, shared->buffer.id).ok());
   auto opened = registry_->Open(bob, {0, "for-bob"}, {});
   ASSERT_TRUE(opened.ok()) << opened.status();
@@ -343,9 +345,12 @@ TEST_P(RegistryTest, ConcurrentChurnLeavesNothingBehind) {
     });
   }
   for (auto& t : threads) t.join();
-  const RegistrySnapshot snap = registry_->Snapshot();
-  EXPECT_EQ(snap.buffers, 0u);
-  EXPECT_EQ(snap.sessions, 0u);
+  const NodeStatus status = Status();
+  EXPECT_EQ(status.buffers, 0u);
+  EXPECT_EQ(status.sessions, 0u);
+  EXPECT_TRUE(status.cells.empty());
+  ASSERT_FALSE(status.devices.empty());
+  EXPECT_EQ(status.devices[0].buffers, 0u);
   EXPECT_EQ(Used(), 0u);
 }
 
@@ -361,8 +366,8 @@ TEST(RegistryOnHost, DeviceFullRollsBackNameAndQuota) {
   ASSERT_TRUE(registry.Allocate(s->id, {.size = 3 * kMiB}).ok());
   auto full = registry.Allocate(s->id, {.size = 2 * kMiB, .name = "wanted"});
   ASSERT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(RefusalReason(full.status()), "out_of_memory");
-  EXPECT_EQ(registry.Snapshot().tenants[0].used_bytes, 3 * kMiB);
+  EXPECT_EQ(RefusalOf(full.status()), Refusal::kOutOfMemory);
+  EXPECT_EQ(NodeStatusCollector(registry, backend).Collect().tenants[0].used_bytes, 3 * kMiB);
   EXPECT_TRUE(registry.Allocate(s->id, {.size = kMiB, .name = "wanted"}).ok())
       << "the name of a refused allocation must be free again";
 }
@@ -411,7 +416,7 @@ TEST(RegistryTtl, TtlsOverTheLimitAreRefusedAndExpiriesNeverOverflow) {
 TEST(RegistryLimits, BuffersAndDescriptorsPerTenantAndTheBudgetAreCapped) {
   HostBackend backend(64 * kMiB);
   DescriptorBudget budget(5);
-  RegistryLimits limits;
+  TenantLimits limits;
   limits.max_buffers_per_tenant = 6;
   limits.max_descriptors_per_tenant = 3;
   limits.descriptors = &budget;
@@ -426,19 +431,19 @@ TEST(RegistryLimits, BuffersAndDescriptorsPerTenantAndTheBudgetAreCapped) {
   }
   auto fourth = registry.Allocate(alice->id, {.size = 1, .share_with = {"uid-1001"}});
   EXPECT_EQ(fourth.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(RefusalReason(fourth.status()), "limit");
+  EXPECT_EQ(RefusalOf(fourth.status()), Refusal::kLimit);
   EXPECT_NE(fourth.status().message().find("max_descriptors_per_tenant"), std::string::npos);
   EXPECT_EQ(budget.in_use(), 3u);
   // Arena buffers hold no descriptor, but count as buffers.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(registry.Allocate(alice->id, {.size = 1}).ok());
   auto seventh = registry.Allocate(alice->id, {.size = 1});
-  EXPECT_EQ(RefusalReason(seventh.status()), "limit");
+  EXPECT_EQ(RefusalOf(seventh.status()), Refusal::kLimit);
   EXPECT_NE(seventh.status().message().find("max_buffers_per_tenant"), std::string::npos);
   // Another tenant has its own counts, but the daemon's budget is shared.
   ASSERT_TRUE(registry.Allocate(bob->id, {.size = 1, .share_with = {"uid-1000"}}).ok());
   ASSERT_TRUE(registry.Allocate(bob->id, {.size = 1, .share_with = {"uid-1000"}}).ok());
   auto over_budget = registry.Allocate(bob->id, {.size = 1, .share_with = {"uid-1000"}});
-  EXPECT_EQ(RefusalReason(over_budget.status()), "limit");
+  EXPECT_EQ(RefusalOf(over_budget.status()), Refusal::kLimit);
   EXPECT_NE(over_budget.status().message().find("descriptors it may hold"), std::string::npos);
   EXPECT_EQ(budget.in_use(), 5u);
   // Freed, they count no more.

@@ -119,7 +119,8 @@ class GPUBROKER_API Client {
 
   /// @brief Allocates a buffer; this session owns it and holds a lease on it.
   /// @throws InvalidArgumentError (size 0, over the device, bad name or tensor),
-  ///         AlreadyExistsError (name taken), ResourceExhaustedError (quota or device full).
+  ///         AlreadyExistsError (name taken), QuotaExceededError, OutOfMemoryError or
+  ///         LimitExceededError (each a ResourceExhaustedError: quota, device full, count limit).
   Buffer allocate(uint64_t size, const AllocateOptions& options = {});
 
   /// @brief Opens a buffer by name.

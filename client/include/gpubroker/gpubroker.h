@@ -7,7 +7,8 @@
  *
  * Every function that can fail returns a gpubroker_status_t; on failure,
  * gpubroker_last_error() returns what went wrong on the calling thread (valid
- * until the next failing call on that thread). Output pointers are written
+ * until the next failing call on that thread), and gpubroker_last_error_reason()
+ * why a GPUBROKER_RESOURCE_EXHAUSTED refusal was made. Output pointers are written
  * only on success. A client handle may be used from several threads; a buffer
  * handle from one thread at a time.
  */
@@ -47,6 +48,17 @@ typedef enum gpubroker_status {
   GPUBROKER_DATA_LOSS = 15,
   GPUBROKER_UNAUTHENTICATED = 16
 } gpubroker_status_t;
+
+/**
+ * @brief Why the daemon refused with GPUBROKER_RESOURCE_EXHAUSTED (values of
+ * gpubroker.v1.RefusalReason).
+ */
+typedef enum gpubroker_reason {
+  GPUBROKER_REASON_NONE = 0,          /**< no reason, or not such a refusal */
+  GPUBROKER_REASON_QUOTA = 1,         /**< the tenant's byte quota */
+  GPUBROKER_REASON_OUT_OF_MEMORY = 2, /**< the device or host pool has no room */
+  GPUBROKER_REASON_LIMIT = 3 /**< a count limit (sessions, buffers, descriptors, waiters) */
+} gpubroker_reason_t;
 
 /** @brief Element types (values of gpubroker.v1.DType). */
 typedef enum gpubroker_dtype {
@@ -102,6 +114,12 @@ GPUBROKER_C_API void gpubroker_open_options_init(gpubroker_open_options_t* optio
 
 /** @brief Message of the last failure on this thread ("" when none). */
 GPUBROKER_C_API const char* gpubroker_last_error(void);
+/**
+ * @brief Reason of the last failure on this thread: with
+ * GPUBROKER_RESOURCE_EXHAUSTED, which limit refused; GPUBROKER_REASON_NONE for
+ * any other failure, and when the thread had none.
+ */
+GPUBROKER_C_API gpubroker_reason_t gpubroker_last_error_reason(void);
 /** @brief "OK", "NOT_FOUND", ... */
 GPUBROKER_C_API const char* gpubroker_status_name(gpubroker_status_t status);
 /** @brief The library's version, e.g. "0.1.0". */

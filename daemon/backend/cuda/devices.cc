@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/cuda/cuda_util.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace gpubroker {
@@ -22,11 +23,10 @@ std::string CudaDevice::Lacks() const {
 std::string CudaDevice::ComputeCapability() const { return StrCat(cc_major, ".", cc_minor); }
 
 absl::StatusOr<std::vector<CudaDevice>> DiscoverCudaDevices() {
-  auto count = cuda::DeviceCount();
-  if (!count.ok()) return count.status();
+  GPUBROKER_ASSIGN_OR_RETURN(auto count, cuda::DeviceCount());
   auto driver = cuda::DriverApi::Get();
   std::vector<CudaDevice> out;
-  for (int i = 0; i < *count; ++i) {
+  for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     GPUBROKER_CUDA_TRY(cudaGetDeviceProperties(&prop, i));
     CudaDevice d;

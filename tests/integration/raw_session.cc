@@ -1,4 +1,4 @@
-#include "tests/adversarial/raw_session.h"
+#include "tests/integration/raw_session.h"
 
 #include <sys/socket.h>
 
@@ -9,11 +9,42 @@
 #include "common/token.h"
 #include "common/unix_socket.h"
 #include "common/version.h"
+#include "gtest/gtest.h"
 
 namespace gpubroker::testing {
 
 absl::Status StatusOf(const v1::ErrorFrame& error) {
   return absl::Status(static_cast<absl::StatusCode>(error.code()), error.message());
+}
+
+RawSession::RawSession(const std::string& socket_dir) {
+  auto fd = ConnectUnix(StrCat(socket_dir, "/", kSessionSocketName));
+  if (!fd.ok()) {
+    ADD_FAILURE() << fd.status();
+    return;
+  }
+  fd_ = std::move(*fd);
+  if (auto s = Hello(); !s.ok()) ADD_FAILURE() << "Hello: " << s;
+}
+
+std::optional<v1::SessionFrame> RawSession::Exchange(v1::Call call) {
+  const uint64_t id = NextRequestId();
+  call.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_call() = std::move(call);
+  if (!Send(frame).ok()) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto answer = Read(std::max(left, std::chrono::milliseconds(0)));
+    if (!answer.ok() || !answer->has_value()) return std::nullopt;
+    const v1::SessionFrame& f = **answer;
+    if ((f.has_reply() && f.reply().request_id() == id) ||
+        (f.has_error() && f.error().request_id() == id)) {
+      return f;
+    }
+  }
 }
 
 absl::StatusOr<RawSession> RawSession::Connect(const std::string& socket_dir) {

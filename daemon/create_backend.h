@@ -14,6 +14,7 @@ struct BackendChoice {
   std::string why;  // why this backend, for the start line
 };
 
+/// The daemon's wiring: the backend that the options ask for.
 /// --backend auto: CUDA where a GPU qualifies, host otherwise (saying why);
 /// --backend cuda: CUDA or a clear error; --backend host: host.
 absl::StatusOr<BackendChoice> CreateBackend(const DaemonOptions& options);

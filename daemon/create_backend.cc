@@ -1,5 +1,6 @@
-#include "daemon/backend/factory.h"
+#include "daemon/create_backend.h"
 
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "daemon/backend/host_backend.h"
@@ -22,13 +23,11 @@ BackendChoice Host(const DaemonOptions& options, std::string why) {
 #ifdef GPUBROKER_HAVE_CUDA
 // The GPUs to serve, or why there are none.
 absl::StatusOr<std::vector<CudaDevice>> UsableGpus(const DaemonOptions& options) {
-  auto all = DiscoverCudaDevices();
-  if (!all.ok()) return all.status();
-  auto selected = SelectDevices(*all, options.devices);
-  if (!selected.ok()) return selected.status();
+  GPUBROKER_ASSIGN_OR_RETURN(auto all, DiscoverCudaDevices());
+  GPUBROKER_ASSIGN_OR_RETURN(auto selected, SelectDevices(all, options.devices));
   std::vector<CudaDevice> usable;
   std::string refused;
-  for (auto& d : *selected) {
+  for (auto& d : selected) {
     spdlog::info(
         "{} {} (cc {}, {}): pools {}, pool fds {}, VMM {}, VMM fds {}, stream memory ops {}, IPC "
         "events {}, VMM granularity {}",

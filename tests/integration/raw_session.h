@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/frame.h"
 #include "common/unique_fd.h"
+#include "common/wire/frame.h"
 #include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker::testing {
@@ -19,12 +19,15 @@ namespace gpubroker::testing {
 class RawSession {
  public:
   RawSession() = default;
+  /// Connects and says Hello; ok() when Welcome came (failures are test failures).
+  explicit RawSession(const std::string& socket_dir);
   RawSession(RawSession&&) = default;
   RawSession& operator=(RawSession&&) = default;
 
   /// Connects to DIR/session.sock; says nothing yet.
   static absl::StatusOr<RawSession> Connect(const std::string& socket_dir);
 
+  bool ok() const { return welcome_.token().size() == 16; }
   int fd() const { return fd_.get(); }
   const v1::Welcome& welcome() const { return welcome_; }
   /// The session token as gRPC metadata wants it (32 hex digits).
@@ -41,6 +44,9 @@ class RawSession {
   /// One call and its answer: the Reply, or the ErrorFrame as a status.
   absl::StatusOr<v1::Reply> Call(v1::Call call,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Sends `call` with a fresh request id and returns the frame that answers
+  /// it (a Reply or an ErrorFrame); nullopt when none came within 5 s.
+  std::optional<v1::SessionFrame> Exchange(v1::Call call);
   uint64_t NextRequestId() { return next_id_++; }
   /// True when the daemon closes the connection within `timeout`.
   bool ClosedByDaemon(std::chrono::milliseconds timeout);

@@ -1,4 +1,4 @@
-#include "common/frame.h"
+#include "common/wire/frame.h"
 
 #include "common/strings.h"
 

@@ -1,0 +1,184 @@
+#include "daemon/backend/cuda/arena_path.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/refusal.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "common/unix_socket.h"
+#include "daemon/backend/range_allocator.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+namespace {
+
+constexpr uint64_t kAlignment = 512;
+constexpr uint64_t kSlabMin = uint64_t{64} << 20;
+constexpr uint64_t kSlabMax = uint64_t{2} << 30;
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+// One VMM allocation of a tenant's arena, exported once and mapped once per
+// client process; buffers are byte ranges of it (under the arena's lock).
+class ArenaSlab final : public ExportedRegion {
+ private:
+  const std::shared_ptr<CudaDeviceState> device_;
+  const ExportedVmm memory_;
+
+ public:
+  ArenaSlab(std::shared_ptr<CudaDeviceState> device, ExportedVmm memory)
+      : device_(std::move(device)), memory_(std::move(memory)), ranges(memory_.size()) {
+    device_->vmm_held += memory_.size();
+  }
+  ~ArenaSlab() override { device_->vmm_held -= memory_.size(); }
+
+  absl::StatusOr<FdGrant> Export() const override {
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, DupFd(memory_.fd()));
+    return FdGrant{std::move(fd), FdKind::kCudaSlab, memory_.size(), device_->info.uuid};
+  }
+  uint64_t size() const { return memory_.size(); }
+
+  RegionId id = 0;
+  RangeAllocator ranges;  // after memory_, which it spans; under the arena's lock
+};
+
+// A tenant's slabs on one device.
+class TenantArena {
+ public:
+  absl::Mutex mu;
+  std::vector<std::shared_ptr<ArenaSlab>> slabs ABSL_GUARDED_BY(mu);
+  uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+};
+
+namespace {
+
+class ArenaBuffer final : public BackendBuffer {
+ public:
+  ArenaBuffer(std::shared_ptr<TenantArena> arena, std::shared_ptr<ArenaSlab> slab,
+              std::shared_ptr<ArenaPath::Counters> counters, CapacityGuard::Claim claim,
+              FenceSlot fence, ImportInfo info)
+      : arena_(std::move(arena)),
+        slab_(std::move(slab)),
+        counters_(std::move(counters)),
+        claim_(std::move(claim)),
+        fence_(std::move(fence)),
+        info_(std::move(info)) {
+    counters_->used_bytes += info_.mapped_size;
+  }
+  ~ArenaBuffer() override {
+    {
+      absl::MutexLock lock(&arena_->mu);
+      slab_->ranges.Free(info_.offset, info_.mapped_size);
+    }
+    counters_->used_bytes -= info_.mapped_size;
+  }
+
+  uint64_t reserved_size() const override { return info_.mapped_size; }
+  const ImportInfo& import_info() const override { return info_; }
+
+ private:
+  std::shared_ptr<TenantArena> arena_;
+  std::shared_ptr<ArenaSlab> slab_;
+  std::shared_ptr<ArenaPath::Counters> counters_;
+  CapacityGuard::Claim claim_;
+  FenceSlot fence_;
+  ImportInfo info_;
+};
+
+// A new slab for a tenant's arena of `arena_bytes` so far, with room for
+// `size` bytes: as large as the arena so far (64 MiB to 2 GiB), within what
+// the device may lend.
+absl::StatusOr<ExportedVmm> NewSlabMemory(CudaDeviceState& d, const std::string& tenant,
+                                          uint64_t arena_bytes, uint64_t size) {
+  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
+  const uint64_t granularity = d.granularity();
+  const uint64_t least = RoundUp(size, granularity);
+  uint64_t want = std::max(least, std::clamp(arena_bytes, kSlabMin, kSlabMax));
+  const uint64_t held = d.vmm_held.load();
+  const uint64_t room = d.capacity() > held ? RoundUp(d.capacity() - held, granularity) : 0;
+  want = std::max(least, std::min(want, room));
+  cuda::ScopedDevice on(d.info.ordinal);
+  GPUBROKER_RETURN_IF_ERROR(on.status());
+  auto memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+  if (memory.status().code() == absl::StatusCode::kResourceExhausted && d.kept.Drop() > 0) {
+    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+  }
+  if (!memory.ok() && want > least) {  // fuller than our books say: the least will do
+    want = least;
+    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+  }
+  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+    return OutOfMemoryRefusal(StrCat("out of memory on ", d.info.uuid, ": a ", want,
+                                     "-byte slab for tenant '", tenant, "' failed"));
+  }
+  return memory;
+}
+
+}  // namespace
+
+ArenaPath::ArenaPath(std::shared_ptr<CudaDeviceState> device, FencePages& fences,
+                     RegionTable& regions)
+    : device_(std::move(device)),
+      fences_(fences),
+      regions_(regions),
+      counters_(std::make_shared<Counters>()) {}
+
+std::shared_ptr<TenantArena> ArenaPath::ArenaFor(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  auto& arena = arenas_[tenant];
+  if (!arena) arena = std::make_shared<TenantArena>();
+  return arena;
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const AllocationRequest& req,
+                                                                   CapacityGuard::Claim claim) {
+  CudaDeviceState& d = *device_;
+  std::shared_ptr<TenantArena> arena = ArenaFor(req.tenant);
+  GPUBROKER_ASSIGN_OR_RETURN(FenceSlot fence, fences_.Take(req.tenant));
+  const uint64_t size = RoundUp(req.size, kAlignment);
+  std::shared_ptr<ArenaSlab> slab;
+  uint64_t offset = 0;
+  {
+    absl::MutexLock lock(&arena->mu);
+    for (const auto& s : arena->slabs) {
+      if (auto o = s->ranges.Allocate(size)) {
+        slab = s;
+        offset = *o;
+        break;
+      }
+    }
+    if (!slab) {
+      GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory,
+                                 NewSlabMemory(d, req.tenant, arena->bytes, size));
+      slab = std::make_shared<ArenaSlab>(device_, std::move(memory));
+      slab->id = regions_.Add(req.tenant, slab);
+      arena->slabs.push_back(slab);
+      arena->bytes += slab->size();
+      counters_->slab_bytes += slab->size();
+      offset = slab->ranges.Allocate(size).value();  // a new slab has room for it
+      spdlog::info("cuda-arena: slab {} of {} for tenant '{}' on {} (arena now {})", slab->id,
+                   FormatBytes(slab->size()), req.tenant, d.info.uuid, FormatBytes(arena->bytes));
+    }
+  }
+  claim.Resize(size);
+  ImportInfo info;
+  info.kind = ImportKind::kCudaArena;
+  info.region_id = slab->id;
+  info.offset = offset;
+  info.mapped_size = size;
+  info.device_uuid = d.info.uuid;
+  fence.Describe(info);
+  return std::make_unique<ArenaBuffer>(std::move(arena), std::move(slab), counters_,
+                                       std::move(claim), std::move(fence), std::move(info));
+}
+
+void ArenaPath::AddUsage(DeviceUsage& usage) const {
+  usage.reserved_bytes += counters_->slab_bytes.load();
+  usage.used_bytes += counters_->used_bytes.load();
+}
+
+}  // namespace gpubroker

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/cuda/cuda_util.h"
+#include "daemon/backend/backend.h"
+#include "daemon/backend/capacity_guard.h"
+#include "daemon/backend/cuda/devices.h"
+#include "daemon/backend/cuda/exported_vmm.h"
+
+namespace gpubroker {
+
+/// A CUDA stream of one device, destroyed with it.
+class CudaStream {
+ public:
+  static absl::StatusOr<CudaStream> Create(int ordinal);
+  CudaStream(CudaStream&& other) noexcept;
+  CudaStream& operator=(CudaStream&&) = delete;
+  ~CudaStream();
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  CudaStream(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {}
+  int ordinal_;
+  cudaStream_t stream_;
+};
+
+/// A CUDA memory pool, destroyed with it.
+class CudaMemPool {
+ public:
+  static absl::StatusOr<CudaMemPool> Create(int ordinal, const cudaMemPoolProps& props);
+  CudaMemPool(CudaMemPool&& other) noexcept;
+  CudaMemPool& operator=(CudaMemPool&&) = delete;
+  ~CudaMemPool();
+  cudaMemPool_t get() const { return pool_; }
+  /// An attribute's value; 0 when the driver refuses.
+  uint64_t Attribute(cudaMemPoolAttr attr) const;
+
+ private:
+  CudaMemPool(int ordinal, cudaMemPool_t pool) : ordinal_(ordinal), pool_(pool) {}
+  int ordinal_;
+  cudaMemPool_t pool_;
+};
+
+/// One GPU that the backend serves, and what every path on it shares: the
+/// bytes lent out of its capacity, a stream, the VMM allocations held and the
+/// ones kept for reuse. Buffers hold it (shared) as long as they live.
+struct CudaDeviceState {
+  CudaDevice info;
+  int index = 0;  // position in Backend::devices()
+  std::shared_ptr<CapacityGuard> lent;
+  CudaStream stream;
+  // VMM allocations in use on the device (slabs, fence pages, VMM buffers;
+  // not the kept ones), which bound the size of a new slab.
+  std::atomic<uint64_t> vmm_held{0};
+  KeptVmm kept;
+
+  CudaDeviceState(CudaDevice d, int i, uint64_t capacity, CudaStream s);
+  uint64_t capacity() const { return lent->capacity(); }
+  /// The VMM granularity, at least 2 MiB.
+  uint64_t granularity() const;
+  /// Drops the kept VMM allocations when lent and kept together pass the capacity.
+  void MakeRoomForLent();
+};
+
+/// One way of making GPU buffers on one device: arena slabs, CUDA pools, or
+/// VMM allocations of their own. The backend routes each request to one.
+class BufferPath {
+ public:
+  virtual ~BufferPath() = default;
+  /// A buffer of `req.size` bytes for `req.tenant`, holding `claim` (the
+  /// bytes it may take out of the device's capacity, resized to what it took).
+  virtual absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req,
+                                                                  CapacityGuard::Claim claim) = 0;
+  /// Adds what this path has reserved and lent on the device.
+  virtual void AddUsage(DeviceUsage& usage) const = 0;
+};
+
+}  // namespace gpubroker

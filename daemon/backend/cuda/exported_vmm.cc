@@ -1,0 +1,93 @@
+#include "daemon/backend/cuda/exported_vmm.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+
+absl::StatusOr<ExportedVmm> ExportedVmm::Create(const cuda::DriverApi& api, int ordinal,
+                                                uint64_t size, std::string_view what) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  ExportedVmm m;
+  m.api_ = &api;
+  m.size_ = size;
+  if (auto s = api.Check(api.cuMemCreate(&m.handle_, size, &prop, 0),
+                         StrCat("cuMemCreate (", what, ")"));
+      !s.ok()) {
+    m.handle_ = 0;
+    return s;
+  }
+  int fd = -1;
+  GPUBROKER_RETURN_IF_ERROR(api.Check(
+      api.cuMemExportToShareableHandle(&fd, m.handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      StrCat("cuMemExportToShareableHandle (", what, ")")));
+  m.fd_.reset(fd);
+  return m;
+}
+
+ExportedVmm::ExportedVmm(ExportedVmm&& o) noexcept
+    : api_(o.api_), handle_(std::exchange(o.handle_, 0)), fd_(std::move(o.fd_)), size_(o.size_) {}
+
+ExportedVmm& ExportedVmm::operator=(ExportedVmm&& o) noexcept {
+  if (this != &o) {
+    Release();
+    api_ = o.api_;
+    handle_ = std::exchange(o.handle_, 0);
+    fd_ = std::move(o.fd_);
+    size_ = o.size_;
+  }
+  return *this;
+}
+
+ExportedVmm::~ExportedVmm() { Release(); }
+
+void ExportedVmm::Release() {
+  fd_.reset();
+  if (handle_ == 0) return;
+  if (auto s = api_->Check(api_->cuMemRelease(handle_), "cuMemRelease"); !s.ok()) {
+    spdlog::error("cuda: {}", std::string(View(s.message())));
+  }
+  handle_ = 0;
+}
+
+std::optional<ExportedVmm> KeptVmm::Take(const std::string& tenant, uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  auto t = kept_.find(tenant);
+  if (t == kept_.end()) return std::nullopt;
+  auto c = t->second.find(size);
+  if (c == t->second.end()) return std::nullopt;
+  ExportedVmm memory = std::move(c->second);
+  t->second.erase(c);
+  bytes_ -= size;
+  return memory;
+}
+
+void KeptVmm::Keep(const std::string& tenant, ExportedVmm memory) {
+  const uint64_t size = memory.size();
+  absl::MutexLock lock(&mu_);
+  kept_[tenant].emplace(size, std::move(memory));
+  bytes_ += size;
+}
+
+uint64_t KeptVmm::Drop() {
+  ByTenant gone;
+  {
+    absl::MutexLock lock(&mu_);
+    gone.swap(kept_);
+  }
+  uint64_t bytes = 0;
+  for (const auto& [tenant, sizes] : gone) {
+    for (const auto& [size, memory] : sizes) bytes += size;
+  }
+  bytes_ -= bytes;
+  return bytes;  // `gone` releases them here, outside the lock
+}
+
+}  // namespace gpubroker

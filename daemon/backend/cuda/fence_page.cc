@@ -1,0 +1,91 @@
+#include "daemon/backend/cuda/fence_page.h"
+
+#include <cstring>
+
+#include "common/refusal.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "common/token.h"
+#include "common/unix_socket.h"
+
+namespace gpubroker {
+
+uint64_t NewFenceValue() {
+  const Token t = RandomToken();
+  uint64_t v = 0;
+  std::memcpy(&v, t.data(), sizeof(v));
+  return v | 1;
+}
+
+FencePage::FencePage(std::shared_ptr<CudaDeviceState> device, ExportedVmm memory)
+    : device_(std::move(device)), memory_(std::move(memory)) {
+  device_->vmm_held += memory_.size();
+}
+
+FencePage::~FencePage() { device_->vmm_held -= memory_.size(); }
+
+absl::StatusOr<FdGrant> FencePage::Export() const {
+  GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, DupFd(memory_.fd()));
+  return FdGrant{std::move(fd), FdKind::kCudaFences, memory_.size(), device_->info.uuid};
+}
+
+std::optional<uint32_t> FencePage::Take() {
+  absl::MutexLock lock(&mu_);
+  if (!free_slots_.empty()) {
+    const uint32_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+  }
+  if (uint64_t{next_slot_} * kFenceBytes >= memory_.size()) return std::nullopt;
+  return next_slot_++;
+}
+
+void FencePage::Give(uint32_t slot) {
+  absl::MutexLock lock(&mu_);
+  free_slots_.push_back(slot);
+}
+
+FenceSlot::FenceSlot(FenceSlot&& o) noexcept : page_(std::move(o.page_)), slot_(o.slot_) {}
+
+FenceSlot::~FenceSlot() {
+  if (page_) page_->Give(slot_);
+}
+
+void FenceSlot::Describe(ImportInfo& info) const {
+  info.fence_region_id = page_->id();
+  info.fence_offset = uint64_t{slot_} * kFenceBytes;
+  info.fence_value = NewFenceValue();
+}
+
+FencePages::FencePages(std::shared_ptr<CudaDeviceState> device, RegionTable& regions)
+    : device_(std::move(device)), regions_(regions) {}
+
+absl::StatusOr<std::shared_ptr<FencePage>> FencePages::PageFor(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = pages_.find(tenant); it != pages_.end()) return it->second;
+  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
+  cuda::ScopedDevice on(device_->info.ordinal);
+  GPUBROKER_RETURN_IF_ERROR(on.status());
+  GPUBROKER_ASSIGN_OR_RETURN(
+      ExportedVmm memory,
+      ExportedVmm::Create(*api, device_->info.ordinal, device_->granularity(), "fence page"));
+  auto page = std::make_shared<FencePage>(device_, std::move(memory));
+  page->set_id(regions_.Add(tenant, page));
+  pages_[tenant] = page;
+  bytes_ += page->size();
+  return page;
+}
+
+absl::StatusOr<FenceSlot> FencePages::Take(const std::string& tenant) {
+  GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<FencePage> page, PageFor(tenant));
+  const std::optional<uint32_t> slot = page->Take();
+  if (!slot) {
+    return LimitRefusal(StrCat("tenant '", tenant, "' has too many live buffers on ",
+                               device_->info.uuid, " (no fence slot left)"));
+  }
+  return FenceSlot(std::move(page), *slot);
+}
+
+void FencePages::AddUsage(DeviceUsage& usage) const { usage.reserved_bytes += bytes_.load(); }
+
+}  // namespace gpubroker

@@ -1,0 +1,174 @@
+#include "daemon/backend/cuda/pool_path.h"
+
+#include "common/refusal.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "common/unix_socket.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+namespace {
+
+constexpr uint64_t kPoolAlignment = 512;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+// One tenant's pool on one device, exported to the tenant's clients.
+class TenantPool final : public ExportedRegion {
+ public:
+  TenantPool(std::shared_ptr<CudaDeviceState> device, CudaMemPool pool, UniqueFd exported)
+      : device_(std::move(device)), pool_(std::move(pool)), exported_(std::move(exported)) {}
+
+  absl::StatusOr<FdGrant> Export() const override {
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, DupFd(exported_.get()));
+    return FdGrant{std::move(fd), FdKind::kCudaPool, device_->capacity(), device_->info.uuid};
+  }
+
+  RegionId id() const { return id_; }
+  void set_id(RegionId id) { id_ = id; }
+  CudaDeviceState& device() const { return *device_; }
+  const CudaMemPool& pool() const { return pool_; }
+  // Serializes this pool's allocations and frees, so that the change of the
+  // pool's used memory around a call is that call's alone.
+  absl::Mutex& mu() { return mu_; }
+
+ private:
+  const std::shared_ptr<CudaDeviceState> device_;
+  const CudaMemPool pool_;
+  const UniqueFd exported_;  // the pool's POSIX fd; clients get dups
+  RegionId id_ = 0;
+  absl::Mutex mu_;
+};
+
+namespace {
+
+class PoolBuffer final : public BackendBuffer {
+ public:
+  PoolBuffer(std::shared_ptr<TenantPool> pool, CapacityGuard::Claim claim, FenceSlot fence,
+             void* ptr, ImportInfo info)
+      : pool_(std::move(pool)),
+        claim_(std::move(claim)),
+        fence_(std::move(fence)),
+        ptr_(ptr),
+        info_(std::move(info)) {}
+  ~PoolBuffer() override {
+    CudaDeviceState& d = pool_->device();
+    absl::MutexLock lock(&pool_->mu());
+    cuda::ScopedDevice on(d.info.ordinal);
+    cudaError_t err = cudaFreeAsync(ptr_, d.stream.get());
+    if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream.get());
+    if (err != cudaSuccess) {
+      spdlog::error("cuda-pool: freeing {} bytes on {}: {}", claim_.bytes(), d.info.uuid,
+                    cudaGetErrorString(err));
+      cudaGetLastError();
+    }
+  }
+
+  uint64_t reserved_size() const override { return claim_.bytes(); }
+  const ImportInfo& import_info() const override { return info_; }
+
+ private:
+  std::shared_ptr<TenantPool> pool_;
+  CapacityGuard::Claim claim_;
+  FenceSlot fence_;
+  void* ptr_;
+  ImportInfo info_;
+};
+
+}  // namespace
+
+PoolPath::PoolPath(std::shared_ptr<CudaDeviceState> device, FencePages& fences,
+                   RegionTable& regions, uint64_t retain)
+    : device_(std::move(device)), fences_(fences), regions_(regions), retain_(retain) {}
+
+absl::StatusOr<std::shared_ptr<TenantPool>> PoolPath::PoolFor(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = pools_.find(tenant); it != pools_.end()) return it->second;
+  CudaDeviceState& d = *device_;
+  cuda::ScopedDevice on(d.info.ordinal);
+  GPUBROKER_RETURN_IF_ERROR(on.status());
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = d.info.ordinal;
+  // The capacity is enforced by our own count; the pool's cap sits a little
+  // above it, so that its internal rounding never refuses what the count allows.
+  props.maxSize = RoundUp(d.capacity(), 2 * kMiB) + 64 * kMiB;
+  GPUBROKER_ASSIGN_OR_RETURN(CudaMemPool pool, CudaMemPool::Create(d.info.ordinal, props));
+  uint64_t retain = retain_;
+  GPUBROKER_CUDA_TRY(cudaMemPoolSetAttribute(pool.get(), cudaMemPoolAttrReleaseThreshold, &retain));
+  int fd = -1;
+  GPUBROKER_CUDA_TRY(
+      cudaMemPoolExportToShareableHandle(&fd, pool.get(), cudaMemHandleTypePosixFileDescriptor, 0));
+  auto made = std::make_shared<TenantPool>(device_, std::move(pool), UniqueFd(fd));
+  made->set_id(regions_.Add(tenant, made));
+  pools_[tenant] = made;
+  spdlog::info("cuda-pool: pool {} for tenant '{}' on {} (max {})", made->id(), tenant, d.info.uuid,
+               FormatBytes(d.capacity()));
+  return made;
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> PoolPath::Allocate(const AllocationRequest& req,
+                                                                  CapacityGuard::Claim claim) {
+  CudaDeviceState& d = *device_;
+  GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<TenantPool> pool, PoolFor(req.tenant));
+  GPUBROKER_ASSIGN_OR_RETURN(FenceSlot fence, fences_.Take(req.tenant));
+  void* ptr = nullptr;
+  cudaMemPoolPtrExportData data{};
+  {
+    absl::MutexLock lock(&pool->mu());
+    cuda::ScopedDevice on(d.info.ordinal);
+    const CudaMemPool& p = pool->pool();
+    const uint64_t used_before = p.Attribute(cudaMemPoolAttrUsedMemCurrent);
+    cudaError_t err = cudaMallocFromPoolAsync(&ptr, req.size, p.get(), d.stream.get());
+    if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream.get());
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (err == cudaErrorMemoryAllocation) {
+        return OutOfMemoryRefusal(
+            StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
+                   " bytes failed (pool of tenant '", req.tenant, "' holds ",
+                   p.Attribute(cudaMemPoolAttrReservedMemCurrent), " bytes)"));
+      }
+      return cuda::RuntimeError(err, "cudaMallocFromPoolAsync");
+    }
+    const uint64_t used_after = p.Attribute(cudaMemPoolAttrUsedMemCurrent);
+    claim.Resize(used_after > used_before ? used_after - used_before
+                                          : RoundUp(req.size, kPoolAlignment));
+    err = cudaMemPoolExportPointer(&data, ptr);
+    if (err != cudaSuccess) {
+      cudaFreeAsync(ptr, d.stream.get());
+      cudaStreamSynchronize(d.stream.get());
+      return cuda::RuntimeError(err, "cudaMemPoolExportPointer");
+    }
+  }
+  ImportInfo info;
+  info.kind = ImportKind::kCudaPool;
+  info.region_id = pool->id();
+  info.mapped_size = claim.bytes();
+  info.export_data.assign(reinterpret_cast<const char*>(&data), sizeof(data));
+  info.device_uuid = d.info.uuid;
+  fence.Describe(info);
+  return std::make_unique<PoolBuffer>(std::move(pool), std::move(claim), std::move(fence), ptr,
+                                      std::move(info));
+}
+
+void PoolPath::AddUsage(DeviceUsage& usage) const {
+  std::vector<std::shared_ptr<TenantPool>> pools;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [tenant, pool] : pools_) pools.push_back(pool);
+  }
+  cuda::ScopedDevice on(device_->info.ordinal);
+  for (const auto& p : pools) {
+    usage.reserved_bytes += p->pool().Attribute(cudaMemPoolAttrReservedMemCurrent);
+    usage.used_bytes += p->pool().Attribute(cudaMemPoolAttrUsedMemCurrent);
+  }
+}
+
+}  // namespace gpubroker

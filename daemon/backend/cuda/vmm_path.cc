@@ -1,0 +1,128 @@
+#include "daemon/backend/cuda/vmm_path.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/refusal.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "common/unix_socket.h"
+#include "daemon/backend/cuda/fence_page.h"
+#include "spdlog/spdlog.h"
+
+namespace gpubroker {
+namespace {
+
+// New allocations slower than this are logged, with what they took.
+constexpr auto kSlowAllocation = std::chrono::milliseconds(20);
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// The ready fence's word sits after the buffer's bytes, 8-byte aligned.
+uint64_t FenceOffset(uint64_t size) { return RoundUp(size, kFenceBytes); }
+
+// A VMM allocation with a POSIX fd of its own.
+class VmmBuffer final : public BackendBuffer, public ExportedRegion {
+ public:
+  /// `keep_for`: the tenant whose next buffer of this size may reuse the
+  /// allocation; empty for a buffer shared across tenants (another tenant held its fd).
+  VmmBuffer(std::shared_ptr<CudaDeviceState> device,
+            std::shared_ptr<std::atomic<uint64_t>> live_bytes, CapacityGuard::Claim claim,
+            ExportedVmm memory, ImportInfo info, std::string keep_for)
+      : device_(std::move(device)),
+        live_bytes_(std::move(live_bytes)),
+        claim_(std::move(claim)),
+        memory_(std::move(memory)),
+        info_(std::move(info)),
+        keep_for_(std::move(keep_for)) {
+    *live_bytes_ += memory_.size();
+    device_->vmm_held += memory_.size();
+  }
+  ~VmmBuffer() override {
+    const uint64_t size = memory_.size();
+    claim_ = CapacityGuard::Claim();  // what is lent without this buffer decides below
+    *live_bytes_ -= size;
+    device_->vmm_held -= size;
+    // Kept while the device has room for it beside what is lent; otherwise
+    // memory_ releases it.
+    if (!keep_for_.empty() &&
+        device_->lent->used() + device_->kept.bytes() + size <= device_->capacity()) {
+      device_->kept.Keep(keep_for_, std::move(memory_));
+    }
+  }
+
+  uint64_t reserved_size() const override { return info_.mapped_size; }
+  const ImportInfo& import_info() const override { return info_; }
+  const ExportedRegion* own_region() const override { return this; }
+  absl::StatusOr<FdGrant> Export() const override {
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, DupFd(memory_.fd()));
+    return FdGrant{std::move(fd), FdKind::kCudaVmm, info_.mapped_size, info_.device_uuid};
+  }
+
+ private:
+  std::shared_ptr<CudaDeviceState> device_;
+  std::shared_ptr<std::atomic<uint64_t>> live_bytes_;
+  CapacityGuard::Claim claim_;
+  ExportedVmm memory_;
+  ImportInfo info_;
+  std::string keep_for_;
+};
+
+}  // namespace
+
+VmmPath::VmmPath(std::shared_ptr<CudaDeviceState> device)
+    : device_(std::move(device)), live_bytes_(std::make_shared<std::atomic<uint64_t>>(0)) {}
+
+uint64_t VmmPath::RoundedSize(uint64_t size, uint64_t granularity) {
+  return RoundUp(FenceOffset(size) + kFenceBytes, std::max<uint64_t>(granularity, 1));
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const AllocationRequest& req,
+                                                                 CapacityGuard::Claim claim) {
+  CudaDeviceState& d = *device_;
+  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
+  const uint64_t size = RoundedSize(req.size, d.info.vmm_granularity);
+  claim.Resize(size);
+  const std::string keep_for = req.isolated ? std::string() : req.tenant;
+  std::optional<ExportedVmm> memory;
+  if (!keep_for.empty()) memory = d.kept.Take(keep_for, size);
+  if (!memory) {
+    d.MakeRoomForLent();  // lent (this request included) plus kept may not pass the capacity
+    cuda::ScopedDevice on(d.info.ordinal);
+    GPUBROKER_RETURN_IF_ERROR(on.status());
+    const auto start = std::chrono::steady_clock::now();
+    auto made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
+    if (made.status().code() == absl::StatusCode::kResourceExhausted && d.kept.Drop() > 0) {
+      made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
+    }
+    if (made.status().code() == absl::StatusCode::kResourceExhausted) {
+      return OutOfMemoryRefusal(
+          StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
+    }
+    GPUBROKER_RETURN_IF_ERROR(made.status());
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (took > kSlowAllocation) {
+      spdlog::info("cuda-vmm: a new {} on {} took {:.1f} ms", FormatBytes(size), d.info.uuid,
+                   std::chrono::duration<double, std::milli>(took).count());
+    }
+    memory = std::move(*made);
+  }
+  ImportInfo info;
+  info.kind = ImportKind::kCudaVmm;
+  info.region_id = 0;
+  info.mapped_size = size;
+  info.device_uuid = d.info.uuid;
+  info.fence_offset = FenceOffset(req.size);
+  info.fence_value = NewFenceValue();  // new for every buffer: a kept word never reads as ready
+  return std::make_unique<VmmBuffer>(device_, live_bytes_, std::move(claim), std::move(*memory),
+                                     std::move(info), keep_for);
+}
+
+void VmmPath::AddUsage(DeviceUsage& usage) const {
+  const uint64_t live = live_bytes_->load();
+  usage.reserved_bytes += live + device_->kept.bytes();
+  usage.used_bytes += live;
+}
+
+}  // namespace gpubroker

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/backend/types.h"
+
+namespace gpubroker {
+
+class Backend;
+class Registry;
+
+/// What the node holds right now: one value, built by one collector, that the
+/// Status call (and with it the CLI) and the metrics report.
+struct NodeStatus {
+  struct Device {
+    DeviceInfo info;
+    DeviceUsage usage;
+    uint32_t buffers = 0;  // buffers holding memory on it
+  };
+  struct Tenant {
+    std::string name;
+    uint64_t quota_bytes = 0;  // 0: unlimited
+    uint64_t used_bytes = 0;
+    uint32_t buffers = 0;
+    uint32_t sessions = 0;
+  };
+  /// Buffers and bytes of one tenant on one device.
+  struct Cell {
+    int device = 0;
+    std::string device_uuid;
+    std::string tenant;
+    uint32_t buffers = 0;
+    uint64_t bytes = 0;
+  };
+
+  /// The daemon process's connections and descriptors.
+  struct Process {
+    uint64_t session_connections = 0;  // on session.sock, Hello said or not
+    uint64_t grpc_connections = 0;
+    int64_t open_descriptors = -1;    // -1: unknown
+    uint64_t descriptor_limit = 0;    // RLIMIT_NOFILE (soft)
+    uint64_t client_descriptors = 0;  // charged to the descriptor budget
+  };
+
+  std::string backend;
+  Process process;
+  std::vector<Device> devices;
+  std::vector<Tenant> tenants;  // by name; configured tenants with nothing held too
+  std::vector<Cell> cells;      // by device, then tenant
+  uint32_t sessions = 0;
+  uint32_t buffers = 0;  // buffers holding memory, freed ones whose last lease is out included
+};
+
+/// Builds NodeStatus from the registry's books and the backend's devices.
+/// Thread-safe; takes the registry's lock once and calls the backend outside it.
+class NodeStatusCollector {
+ public:
+  /// Fills in NodeStatus::Process (the wiring knows the sockets).
+  using ProcessProbe = std::function<void(NodeStatus::Process&)>;
+
+  NodeStatusCollector(const Registry& registry, const Backend& backend, ProcessProbe probe = {});
+  NodeStatus Collect() const;
+
+ private:
+  const Registry& registry_;
+  const Backend& backend_;
+  const ProcessProbe probe_;
+};
+
+}  // namespace gpubroker
