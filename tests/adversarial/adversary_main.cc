@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/paths.h"
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/unix_socket.h"
 #include "gpubroker/client.hpp"
@@ -84,7 +85,8 @@ std::string Sessions(State& st, int n) {
     } else {
       ++refused;
       if (first.empty()) {
-        first = StrCat(absl::StatusCodeToString(hello.code()), " ", hello.message());
+        first = StrCat(absl::StatusCodeToString(hello.code()), "/",
+                       gpubroker::RefusalName(gpubroker::RefusalOf(hello)), " ", hello.message());
       }
     }
   }
@@ -141,7 +143,10 @@ std::string Alloc(State& st, const std::vector<std::string>& w) {
       ++ok;
     } catch (const gpubroker::Error& e) {
       ++refused;
-      if (first.empty()) first = StrCat(gpubroker::ErrorCodeName(e.code()), " ", e.message());
+      if (first.empty()) {
+        first = StrCat(gpubroker::ErrorCodeName(e.code()), "/",
+                       gpubroker::RefusalReasonName(e.reason()), " ", e.message());
+      }
     }
   }
   return StrCat("ok ok=", ok, " refused=", refused, " | ", first);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/paths.h"
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "common/unix_socket.h"
@@ -14,7 +15,8 @@
 namespace gpubroker::testing {
 
 absl::Status StatusOf(const v1::ErrorFrame& error) {
-  return absl::Status(static_cast<absl::StatusCode>(error.code()), error.message());
+  return WithRefusal(absl::Status(static_cast<absl::StatusCode>(error.code()), error.message()),
+                     static_cast<Refusal>(error.reason()));
 }
 
 RawSession::RawSession(const std::string& socket_dir) {

@@ -58,7 +58,7 @@ class RawSession {
   uint64_t next_id_ = 1;
 };
 
-/// The status an ErrorFrame carries.
+/// The status an ErrorFrame carries, its refusal reason attached (common/refusal.h).
 absl::Status StatusOf(const v1::ErrorFrame& error);
 
 }  // namespace gpubroker::testing
