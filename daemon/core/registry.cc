@@ -225,6 +225,11 @@ absl::Status Registry::ValidateAllocation(const AllocateParams& p) const {
   }
   if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(ValidateName(p.name));
   if (p.tensor) GPUBROKER_RETURN_IF_ERROR(ValidateTensor(*p.tensor, p.size));
+  if (p.share_with.size() > static_cast<size_t>(kMaxShareWith)) {
+    return absl::InvalidArgumentError(StrCat("share_with names ", p.share_with.size(),
+                                             " tenants; a buffer is shared with at most ",
+                                             kMaxShareWith));
+  }
   for (const auto& t : p.share_with) GPUBROKER_RETURN_IF_ERROR(ValidateTenantName(t));
   return absl::OkStatus();
 }
@@ -240,18 +245,17 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   }
 
   std::string tenant;
-  std::vector<std::string> share_with;
+  // Deduplicated before the lock; only the caller's own tenant is taken out under it.
+  std::vector<std::string> share_with = p.share_with;
+  std::sort(share_with.begin(), share_with.end());
+  share_with.erase(std::unique(share_with.begin(), share_with.end()), share_with.end());
   const uint64_t rounded = backend_.RoundedSize(device, p.size, !p.share_with.empty());
   bool owns_descriptor = false;
   {
     absl::MutexLock lock(&mu_);
     GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
     tenant = s->view.tenant;
-    for (const auto& t : p.share_with) {
-      if (t != tenant && std::find(share_with.begin(), share_with.end(), t) == share_with.end()) {
-        share_with.push_back(t);
-      }
-    }
+    std::erase(share_with, tenant);
     // Hold the name and book the bytes before the backend call, which runs unlocked.
     if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(p.name));
     owns_descriptor = backend_.OwnsDescriptor(device, p.size, !share_with.empty());

@@ -165,8 +165,12 @@ void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* 
   out->set_daemon_version(kVersion);
   out->set_backend(std::string(backend.name()));
   out->set_protocol_version(kProtocolVersion);
+  out->set_quick_allocation_limit(WireQuickAllocationLimit(backend));
+}
+
+uint64_t WireQuickAllocationLimit(const Backend& backend) {
   const uint64_t quick = backend.QuickAllocationLimit();
-  out->set_quick_allocation_limit(quick == UINT64_MAX ? 0 : quick);
+  return quick == UINT64_MAX ? 0 : quick;
 }
 
 AllocateParams FromProto(const v1::AllocateRequest& r) {

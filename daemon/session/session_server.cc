@@ -391,7 +391,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   } else {
     switch (call.request_case()) {
       case v1::Call::kAllocate:
-        status = calls_.Allocate(c.view, call.allocate(), r->mutable_allocate());
+        status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
         break;
       case v1::Call::kOpen:
         // Waiting here would hold up this session's other calls and every
