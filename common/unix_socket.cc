@@ -63,7 +63,21 @@ absl::StatusOr<PeerCredentials> GetPeerCredentials(int fd) {
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return ErrnoStatus("SO_PEERCRED", errno);
   }
-  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+  PeerCredentials peer{cred.pid, cred.uid, cred.gid, {}};
+#ifdef SO_PEERGROUPS
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+      groups.resize(bytes / sizeof(gid_t));
+      peer.groups = std::move(groups);
+      break;
+    }
+    if (errno != ERANGE) break;  // an old kernel: no supplementary groups
+    groups.resize(bytes / sizeof(gid_t) + 1);
+  }
+#endif
+  return peer;
 }
 
 absl::Status SendAll(int fd, std::string_view bytes, int pass_fd) {

@@ -170,7 +170,11 @@ absl::Status Daemon::StartGrpc() {
   facts.socket_dir = options_.socket_dir;
   facts.metrics_address = metrics_bound_;
   facts.started_unix_ms = absl::ToUnixMillis(absl::Now());
-  service_ = std::make_unique<BrokerService>(*calls_, *status_, facts);
+  service_ = std::make_unique<BrokerService>(
+      *calls_, *status_, facts, [this](std::string_view peer) -> std::optional<PeerCredentials> {
+        // Calls arrive only on connections the acceptor handed to gRPC.
+        return grpc_acceptor_ ? grpc_acceptor_->PeerOf(peer) : std::nullopt;
+      });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -193,6 +197,15 @@ absl::Status Daemon::StartGrpc() {
 }
 
 absl::Status Daemon::Start() {
+  std::optional<gid_t> admin_gid;
+  if (!options_.admin_group.empty()) {
+    gid_t gid = 0;
+    if (ParseInt(options_.admin_group, &gid)) {
+      admin_gid = gid;
+    } else {
+      GPUBROKER_ASSIGN_OR_RETURN(admin_gid, LookupGroup(options_.admin_group));
+    }
+  }
   // Every client connection and every shared buffer costs a descriptor.
   const DescriptorLimit limit = RaiseDescriptorLimit();
   descriptor_limit_ = limit.soft;
@@ -208,7 +221,8 @@ absl::Status Daemon::Start() {
   backend_why_ = choice.why;
 
   GPUBROKER_ASSIGN_OR_RETURN(
-      auto tenants, TenantDirectory::Create(options_.tenants, options_.default_quota_bytes));
+      auto tenants,
+      TenantDirectory::Create(options_.tenants, options_.default_quota_bytes, admin_gid));
   TenantLimits limits;
   limits.max_buffers_per_tenant = options_.max_buffers_per_tenant;
   limits.max_descriptors_per_tenant = options_.max_descriptors_per_tenant;

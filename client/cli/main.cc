@@ -98,6 +98,9 @@ void PrintStatus(const gpubroker::BrokerStatus& s) {
                     gpubroker::FormatBytes(t.used_bytes), StrCat(t.buffers), StrCat(t.sessions)});
   }
   PrintTable(rows);
+  if (!s.all_tenants) {
+    std::cout << "(this tenant only: root and the daemon's admin group see every tenant)\n";
+  }
 }
 
 void PrintBuffers(const std::vector<gpubroker::BufferInfo>& buffers) {

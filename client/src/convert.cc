@@ -88,6 +88,8 @@ BrokerStatus FromProto(const v1::StatusResponse& r) {
   s.started_unix_ms = r.started_unix_ms();
   s.self_session_id = r.self().session_id();
   s.self_tenant = r.self().tenant();
+  s.self_admin = r.self().admin();
+  s.all_tenants = r.all_tenants();
   return s;
 }
 

@@ -86,6 +86,10 @@ const std::vector<OptionSpec> kOptions = {
     {"socket-group", "GPUBROKER_SOCKET_GROUP", "socket_group", "GROUP", "the daemon's group",
      "Group that owns the sockets (mode 0660): the users who may connect.",
      [](DaemonOptions& o, std::string_view v) { return SetString(o.socket_group, v); }},
+    {"admin-group", "GPUBROKER_ADMIN_GROUP", "admin_group", "GROUP", "none (root only)",
+     "Group (name or gid) whose members see every tenant in Status, as root does; others see "
+     "their own tenant and the node's totals.",
+     [](DaemonOptions& o, std::string_view v) { return SetString(o.admin_group, v); }},
     {"hello-timeout", "GPUBROKER_HELLO_TIMEOUT", "hello_timeout", "DURATION", "5s",
      "A client that connects to session.sock and says nothing is dropped after this.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {

@@ -22,6 +22,7 @@ struct DaemonOptions {
   std::string log_level = "info";
   std::string config_file;
   std::string socket_group;
+  std::string admin_group;  // its members (and root) see every tenant in Status
   uint64_t hello_timeout_ms = 5000;
   uint64_t default_quota_bytes = 0;  // 0: unlimited
   std::string devices;               // CUDA devices by UUID or ordinal; empty: all

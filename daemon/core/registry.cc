@@ -74,6 +74,7 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   view.tenant = tenants_.TenantFor(peer.uid, peer.gid);
   view.token = RandomToken();
   view.client_name = std::move(client_name);
+  view.admin = tenants_.IsAdmin(peer);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return ShuttingDown();
   view.id = next_session_++;
@@ -143,6 +144,16 @@ absl::StatusOr<Registry::Session*> Registry::LiveSession(SessionId id) {
 }
 
 // Buffers ------------------------------------------------------------------
+
+BufferView Registry::ViewFor(const Buffer& b, const std::string& tenant) {
+  if (b.view.tenant == tenant) return b.view;
+  // Another tenant learns that the buffer is shared with it, not with whom
+  // else, nor which of the owner's sessions holds it.
+  BufferView view = b.view;
+  view.shared_with = {tenant};
+  view.owner_session = 0;
+  return view;
+}
 
 bool Registry::Visible(const Buffer& b, const std::string& tenant) {
   if (b.view.tenant == tenant) return true;
@@ -333,7 +344,7 @@ Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool a
   Buffer& b = **found;
   if (b.view.state == BufferState::kSealed || allow_unsealed) {
     GrantLease(s, b);
-    return {BufferGrant{b.view, b.memory->import_info()}, false};
+    return {BufferGrant{ViewFor(b, s.view.tenant), b.memory->import_info()}, false};
   }
   return {absl::FailedPreconditionError(StrCat(
               "buffer ", key.ToString(), " is not sealed yet (open with wait, or allow_unsealed)")),
@@ -427,7 +438,7 @@ std::vector<BufferView> Registry::List(SessionId session_id) const {
   const std::string& tenant = it->second.view.tenant;
   for (const auto& [id, b] : buffers_) {
     // Freed buffers still holding memory are shown to their own tenant only.
-    if (b.freed ? b.view.tenant == tenant : Visible(b, tenant)) out.push_back(b.view);
+    if (b.freed ? b.view.tenant == tenant : Visible(b, tenant)) out.push_back(ViewFor(b, tenant));
   }
   std::sort(out.begin(), out.end(),
             [](const BufferView& a, const BufferView& b) { return a.id < b.id; });

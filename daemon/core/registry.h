@@ -36,6 +36,7 @@ struct SessionView {
   std::string tenant;
   Token token{};
   std::string client_name;
+  bool admin = false;  // root or the admin group: sees every tenant in Status
 };
 
 struct BufferView {
@@ -204,6 +205,8 @@ class Registry {
   absl::StatusOr<Buffer*> FindVisible(const Session& s, const BufferKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Visible(const Buffer& b, const std::string& tenant);
+  /// The buffer as `tenant` may see it.
+  static BufferView ViewFor(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a freed buffer with no lease; its memory goes to `dead`. Returns bytes.

@@ -137,7 +137,10 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_compute_capability(d.info.compute_capability);
     o->set_buffers(d.buffers);
   }
+  // Other tenants' names and holdings are theirs to know (and an admin's).
+  out->set_all_tenants(self.admin);
   for (const NodeStatus::Tenant& t : status.tenants) {
+    if (!self.admin && t.name != self.tenant) continue;
     auto* o = out->add_tenants();
     o->set_name(t.name);
     o->set_quota_bytes(t.quota_bytes);
@@ -156,6 +159,7 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
   me->set_pid(self.peer.pid);
   me->set_uid(self.peer.uid);
   me->set_gid(self.peer.gid);
+  me->set_admin(self.admin);
 }
 
 void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out) {

@@ -11,9 +11,9 @@
 
 namespace gpubroker::testing {
 
-Adversary::Adversary(const std::string& socket_dir, int uid) {
+Adversary::Adversary(const std::string& socket_dir, int uid, const std::vector<gid_t>& groups) {
   std::vector<std::string> argv = {BinDir() + "/gpubroker-adversary", "--socket-dir", socket_dir};
-  if (uid >= 0) argv = AsUser(static_cast<uid_t>(uid), argv);
+  if (uid >= 0) argv = AsUser(static_cast<uid_t>(uid), argv, groups);
   process_ = Process::Spawn(argv);
   auto line = process_.ReadLine(std::chrono::seconds(20));
   ok_ = line && line->rfind("ok ready", 0) == 0;

@@ -20,7 +20,7 @@ class Adversary {
  public:
   /// Starts gpubroker-adversary on `socket_dir`, as `uid` (>= 0, through
   /// setpriv) or as this process's user (-1).
-  Adversary(const std::string& socket_dir, int uid);
+  Adversary(const std::string& socket_dir, int uid, const std::vector<gid_t>& groups = {});
   ~Adversary();
 
   bool ok() const { return ok_; }

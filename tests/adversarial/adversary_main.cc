@@ -6,12 +6,16 @@
 //   sessions N                open N raw sessions (Hello) and hold them
 //   grpc N                    open N raw connections to gpubroker.sock and hold them
 //   drop                      close every raw connection held
-//   alloc N SIZE [share=T] [keep] [name=PREFIX]
+//   alloc N SIZE [share=T1,T2] [keep] [name=PREFIX]
 //                             N allocations through the client library, held
 //   release                   drop every buffer held
 //   touch-arena               a session that allocates one byte and leaves
 //   pipeline NAME N           N Opens of NAME on one raw session, sent before reading any answer
 //   fdflood N                 N requests for the session's pool descriptor, sent before reading
+//   status                    Status through the client library, as JSON
+//   list                      List through the client library, as JSON
+//   token                     a raw session's token (hex); the session is held
+//   grpc-token HEX            List over gRPC with someone's token: ok, or its status code
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,8 +29,11 @@
 #include "common/paths.h"
 #include "common/refusal.h"
 #include "common/strings.h"
+#include "common/token.h"
 #include "common/unix_socket.h"
 #include "gpubroker/client.hpp"
+#include "gpubroker/v1/broker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "tests/integration/raw_session.h"
 
 namespace {
@@ -135,7 +142,10 @@ std::string Alloc(State& st, const std::vector<std::string>& w) {
   std::string first;
   for (int i = 0; i < n; ++i) {
     gpubroker::AllocateOptions ao;
-    if (opts.count("share")) ao.share_with = {opts["share"]};
+    if (opts.count("share")) {
+      std::istringstream list(opts["share"]);
+      for (std::string t; std::getline(list, t, ',');) ao.share_with.push_back(t);
+    }
     ao.keep = opts.count("keep") > 0;
     if (opts.count("name")) ao.name = StrCat(opts["name"], ".", i);
     try {
@@ -243,6 +253,33 @@ std::string Run(State& st, const std::string& line) {
   }
   if (cmd == "pipeline") return Pipeline(st, w.at(1), std::stoi(w.at(2)));
   if (cmd == "fdflood") return FdFlood(st, std::stoi(w.at(1)));
+  if (cmd == "status" || cmd == "list") {
+    if (!st.client) st.client = gpubroker::Client::connect(st.dir, {"adversary"});
+    return "ok " + (cmd == "status" ? gpubroker::ToJson(st.client->status())
+                                    : gpubroker::ToJson(st.client->list()));
+  }
+  if (cmd == "token") {
+    auto s = RawSession::Connect(st.dir);
+    if (!s.ok()) return StrCat("err UNAVAILABLE ", s.status().message());
+    if (auto h = s->Hello(); !h.ok()) return StrCat("err UNAVAILABLE ", h.message());
+    const std::string hex = s->token_hex();
+    st.sessions.push_back(std::move(*s));
+    return "ok " + hex;
+  }
+  if (cmd == "grpc-token") {
+    auto stub = gpubroker::v1::Broker::NewStub(
+        grpc::CreateChannel(StrCat("unix:", st.dir, "/", gpubroker::kGrpcSocketName),
+                            grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(gpubroker::kTokenMetadataKey, w.at(1));
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    gpubroker::v1::ListResponse resp;
+    const grpc::Status s = stub->List(&ctx, gpubroker::v1::ListRequest(), &resp);
+    if (s.ok()) return StrCat("ok buffers=", resp.buffers_size());
+    return StrCat("err ",
+                  gpubroker::ErrorCodeName(static_cast<gpubroker::ErrorCode>(s.error_code())), " ",
+                  s.error_message());
+  }
   return "err INVALID_ARGUMENT unknown command " + cmd;
 }
 

@@ -306,10 +306,13 @@ int Helper::Exit() {
 
 // Utilities --------------------------------------------------------------------
 
-std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv) {
+std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv,
+                                const std::vector<gid_t>& groups) {
   const std::string id = std::to_string(uid);
+  std::string group_list = "0";
+  for (gid_t g : groups) group_list += "," + std::to_string(g);
   std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=" + id, "--regid=" + id,
-                                  "--groups=0", "--"};
+                                  "--groups=" + group_list, "--"};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }

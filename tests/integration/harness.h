@@ -131,7 +131,9 @@ class Helper {
 /// `argv` run as another user, through setpriv: real and effective uid and
 /// gid `uid`, supplementary group 0 only (so that the 0660 root:root sockets
 /// of a test daemon are reachable, as a socket group's members reach them).
-std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv);
+/// `groups`: more supplementary groups.
+std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv,
+                                const std::vector<gid_t>& groups = {});
 
 /// CPU seconds (user + system) a process has used so far; -1 when unknown.
 double CpuSeconds(pid_t pid);

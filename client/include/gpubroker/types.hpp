@@ -121,6 +121,8 @@ struct BrokerStatus {
   int64_t started_unix_ms = 0;
   uint64_t self_session_id = 0;
   std::string self_tenant;
+  bool self_admin = false;   ///< root or the daemon's admin group
+  bool all_tenants = false;  ///< `tenants` lists every tenant; else only this one's
 };
 
 /// @brief Options of Client::allocate.
