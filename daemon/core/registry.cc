@@ -170,7 +170,12 @@ absl::StatusOr<Registry::Buffer*> Registry::FindVisible(const Session& s, const 
     }
     return &it->second;
   }
-  const std::optional<BufferId> id = names_.Find(key.name);
+  // A bare name is the caller's tenant's; another tenant's share is named
+  // "tenant/name". Either way a buffer the caller may not see reads as missing.
+  auto ref = ParseNameRef(key.name);
+  if (!ref.ok()) return ref.status();
+  const std::string owner = ref->tenant.empty() ? s.view.tenant : std::string(ref->tenant);
+  const std::optional<BufferId> id = names_.Find(owner, std::string(ref->name));
   if (!id) return absl::NotFoundError(StrCat("no buffer named '", key.name, "'"));
   Buffer& b = buffers_.at(*id);
   if (!Visible(b, s.view.tenant)) {
@@ -206,7 +211,7 @@ void Registry::MarkFreed(Buffer& b) {
   if (b.freed) return;
   b.freed = true;
   b.view.state = BufferState::kFreed;
-  if (!b.view.name.empty()) names_.Remove(b.view.name, b.view.id);
+  if (!b.view.name.empty()) names_.Remove(b.view.tenant, b.view.name, b.view.id);
   if (b.in_expiries) {
     expiries_.erase({b.view.expires_unix_ms, b.view.id});
     b.in_expiries = false;
@@ -268,11 +273,11 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
     tenant = s->view.tenant;
     std::erase(share_with, tenant);
     // Hold the name and book the bytes before the backend call, which runs unlocked.
-    if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(p.name));
+    if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(tenant, p.name));
     owns_descriptor = backend_.OwnsDescriptor(device, p.size, !share_with.empty());
     if (absl::Status booked = books_.ReserveBuffer(tenant, rounded, owns_descriptor);
         !booked.ok()) {
-      if (!p.name.empty()) names_.Drop(p.name);
+      if (!p.name.empty()) names_.Drop(tenant, p.name);
       return booked;
     }
   }
@@ -288,7 +293,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   absl::MutexLock lock(&mu_);
   auto roll_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     books_.ReleaseBuffer(tenant, rounded, owns_descriptor);
-    if (!p.name.empty()) names_.Drop(p.name);
+    if (!p.name.empty()) names_.Drop(tenant, p.name);
   };
   if (!memory.ok()) {
     roll_back();
@@ -326,7 +331,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   }
   b.memory = std::move(*memory);
   b.view.backing = BackingName(b.memory->import_info().kind);
-  if (!p.name.empty()) names_.Bind(p.name, b.view.id);
+  if (!p.name.empty()) names_.Bind(tenant, p.name, b.view.id);
   const BufferId id = b.view.id;
   Buffer& stored = buffers_[id] = std::move(b);
   s.owned.insert(id);
@@ -353,7 +358,7 @@ Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool a
 
 absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey& key,
                                            const OpenParams& params) {
-  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ValidateName(key.name));
+  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ParseNameRef(key.name).status());
   absl::MutexLock lock(&mu_);
   for (;;) {
     GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
@@ -415,7 +420,7 @@ absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
 }
 
 absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey& key) {
-  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ValidateName(key.name));
+  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ParseNameRef(key.name).status());
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));

@@ -107,15 +107,18 @@ TEST_P(RegistryTest, RefusesBadInputWithInvalidArgument) {
   EXPECT_TRUE(registry_->Allocate(s, {.size = 1, .device = backend_->devices()[0].uuid}).ok());
 }
 
-TEST_P(RegistryTest, NamesAreUniqueUntilFreed) {
+TEST_P(RegistryTest, NamesAreUniqueWithinATenantUntilFreed) {
   SessionId a = Session();
+  SessionId a2 = Session();
   SessionId b = Session(2000);
   auto first = Alloc(a, 100, "model.weights");
-  auto clash = registry_->Allocate(b, {.size = 100, .name = "model.weights"});
+  auto clash = registry_->Allocate(a2, {.size = 100, .name = "model.weights"});
   EXPECT_EQ(clash.status().code(), absl::StatusCode::kAlreadyExists);
+  auto other_tenant = registry_->Allocate(b, {.size = 100, .name = "model.weights"});
+  ASSERT_TRUE(other_tenant.ok()) << "another tenant's names are its own";
+  EXPECT_NE(other_tenant->buffer.id, first.buffer.id);
   ASSERT_TRUE(registry_->Free(a, {0, "model.weights"}).ok());
-  EXPECT_TRUE(registry_->Allocate(b, {.size = 100, .name = "model.weights"}).ok());
-  (void)first;
+  EXPECT_TRUE(registry_->Allocate(a2, {.size = 100, .name = "model.weights"}).ok());
 }
 
 TEST_P(RegistryTest, OpenNeedsSealUnlessAskedOtherwise) {
@@ -291,15 +294,22 @@ TEST_P(RegistryTest, OtherTenantsSeeNothingUnlessShared) {
   ASSERT_TRUE(shared.ok());
   EXPECT_EQ(shared->import.region_id, 0u) << "a cross-tenant buffer must have an fd of its own";
   ASSERT_TRUE(registry_->Seal(alice, shared->buffer.id).ok());
-  auto opened = registry_->Open(bob, {0, "for-bob"}, {});
+  EXPECT_EQ(registry_->Open(bob, {0, "for-bob"}, {}).status().code(), absl::StatusCode::kNotFound)
+      << "a bare name is the caller's own tenant's";
+  auto opened = registry_->Open(bob, {0, "uid-1000/for-bob"}, {});
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_TRUE(registry_->ExportBufferFd(bob, shared->buffer.id).ok());
   EXPECT_EQ(registry_->Seal(bob, shared->buffer.id).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry_->Free(bob, {0, "for-bob"}).status().code(),
+  EXPECT_EQ(registry_->Free(bob, {0, "uid-1000/for-bob"}).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry_->Open(carol, {0, "for-bob"}, {}).status().code(),
+  EXPECT_EQ(registry_->Open(carol, {0, "uid-1000/for-bob"}, {}).status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Open(bob, {0, "uid-1000/secret"}, {}).status().message(),
+            "no buffer named 'uid-1000/secret'")
+      << "an unshared name must read like a missing one";
+  EXPECT_EQ(registry_->Open(bob, {0, "uid-1000/no.such"}, {}).status().message(),
+            "no buffer named 'uid-1000/no.such'");
   EXPECT_EQ(registry_->ExportBufferFd(carol, shared->buffer.id).status().code(),
             absl::StatusCode::kNotFound);
   ASSERT_EQ(registry_->List(bob).size(), 1u);

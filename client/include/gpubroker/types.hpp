@@ -128,7 +128,7 @@ struct BrokerStatus {
 /// @brief Options of Client::allocate.
 struct AllocateOptions {
   std::string device;  ///< UUID or ordinal; empty: the first device
-  std::string name;    ///< optional; unique on the node
+  std::string name;    ///< optional; unique within this tenant
   std::optional<TensorDesc> tensor;
   bool keep = false;                    ///< outlive this process's session (until freed or TTL)
   std::chrono::milliseconds ttl{0};     ///< 0: no TTL
