@@ -4,6 +4,7 @@
 BUILD          ?= build
 SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD     ?= build-fuzz
+DEB_BUILD      ?= build-deb
 JOBS           ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_TYPE     ?= RelWithDebInfo
 CMAKE_FLAGS    ?=
@@ -14,7 +15,7 @@ SOAK_SECONDS   ?= 600
 SOURCES = $(shell git ls-files '*.cc' '*.c' '*.h' '*.hpp' 2>/dev/null)
 
 .PHONY: all deps configure build run test test-sanitize fuzz demo bench format format-check \
-        docs clean soak
+        docs deb dashboard-snapshot clean soak
 
 all: build
 
@@ -71,6 +72,15 @@ soak: build
 bench: build
 	$(BUILD)/bin/gpubroker-bench $(ARGS)
 
+# A Debian package of an optimized /usr build (CPack; dependencies from
+# dpkg-shlibdeps). deploy/container/build.sh installs it into a clean Debian 12.
+deb: deps
+	@[ -f $(DEB_BUILD)/CMakeCache.txt ] || cmake -S . -B $(DEB_BUILD) -DCMAKE_BUILD_TYPE=Release \
+	    -DCMAKE_INSTALL_PREFIX=/usr -DGPUBROKER_BUILD_TESTS=OFF -DGPUBROKER_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(DEB_BUILD) -j$(JOBS)
+	cd $(DEB_BUILD) && cpack -G DEB
+	@ls $(DEB_BUILD)/*.deb
+
 format:
 	clang-format -i $(SOURCES)
 
@@ -81,5 +91,11 @@ format-check:
 docs: build
 	./scripts/update-config-docs.sh $(BUILD)/bin/gpubrokerd docs/configuration.md
 
+# deploy/grafana/gpubroker.json's panels drawn from a live run under load,
+# scraped by a real Prometheus (docs/images/dashboard.png; needs root and
+# python3-matplotlib; about three minutes).
+dashboard-snapshot: build
+	/usr/bin/python3 scripts/dashboard-snapshot.py --bin-dir $(BUILD)/bin --out docs/images/dashboard.png
+
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(DEB_BUILD)

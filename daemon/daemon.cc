@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -26,11 +27,15 @@
 #include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
 #include "daemon/create_backend.h"
+#include "daemon/logging.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
 #include "daemon/service/grpc_acceptor.h"
+#include "daemon/service/tcp_health.h"
 #include "daemon/session/session_server.h"
+#include "daemon/systemd.h"
 #include "daemon/util/descriptors.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
@@ -108,6 +113,19 @@ void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer, const std::strin
   waker.join();
 }
 
+// Loading gRPC's reflection library registers its plugin with every server
+// that is built; this option takes it out again unless --grpc-reflection asks
+// for it.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
@@ -177,7 +195,12 @@ absl::Status Daemon::StartGrpc() {
       });
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection lists the services and hands out their descriptors: what a
+  // generic tool (grpcurl) needs to call the broker without proto/. It shows
+  // the schema only; every Broker call still needs a token.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options_.grpc_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   // No listening port: the acceptor takes gpubroker.sock's connections and
   // hands them to the server (see GrpcAcceptor for why).
   builder.RegisterService(service_.get());
@@ -196,19 +219,18 @@ absl::Status Daemon::StartGrpc() {
   return grpc_acceptor_->Start(std::move(listener), server_.get());
 }
 
+absl::Status Daemon::StartHealth() {
+  if (options_.health_address.empty()) return absl::OkStatus();
+  auto health = TcpHealthServer::Start(options_.health_address);
+  if (!health.ok()) return health.status();
+  health_ = std::move(*health);
+  health_bound_ = health_->address();
+  return absl::OkStatus();
+}
+
 absl::Status Daemon::Start() {
-  std::optional<gid_t> admin_gid;
-  if (!options_.admin_group.empty()) {
-    gid_t gid = 0;
-    if (ParseInt(options_.admin_group, &gid)) {
-      admin_gid = gid;
-    } else {
-      GPUBROKER_ASSIGN_OR_RETURN(admin_gid, LookupGroup(options_.admin_group));
-    }
-  }
   // Every client connection and every shared buffer costs a descriptor.
   const DescriptorLimit limit = RaiseDescriptorLimit();
-  descriptor_limit_ = limit.soft;
   if (limit.soft != limit.was) {
     spdlog::info("descriptor limit raised from {} to {}", limit.was, limit.soft);
   }
@@ -220,9 +242,7 @@ absl::Status Daemon::Start() {
   backend_ = std::move(choice.backend);
   backend_why_ = choice.why;
 
-  GPUBROKER_ASSIGN_OR_RETURN(
-      auto tenants,
-      TenantDirectory::Create(options_.tenants, options_.default_quota_bytes, admin_gid));
+  GPUBROKER_ASSIGN_OR_RETURN(auto tenants, Check(options_));
   TenantLimits limits;
   limits.max_buffers_per_tenant = options_.max_buffers_per_tenant;
   limits.max_descriptors_per_tenant = options_.max_descriptors_per_tenant;
@@ -234,8 +254,6 @@ absl::Status Daemon::Start() {
         // Read at scrape and Status time only, once every part is up.
         p.session_connections = sessions_ ? sessions_->connections() : 0;
         p.grpc_connections = grpc_acceptor_ ? grpc_acceptor_->connections() : 0;
-        p.open_descriptors = CountOpenDescriptors();
-        p.descriptor_limit = descriptor_limit_;
         p.client_descriptors = descriptors_->in_use();
       });
   metrics_ = std::make_unique<Metrics>(*status_);
@@ -250,6 +268,7 @@ absl::Status Daemon::Start() {
   sessions_ = std::make_unique<SessionServer>(*calls_, *descriptors_, *reserve_, session_options);
 
   GPUBROKER_RETURN_IF_ERROR(StartGrpc());
+  GPUBROKER_RETURN_IF_ERROR(StartHealth());
   GPUBROKER_RETURN_IF_ERROR(sessions_->Start(std::move(listener)));
   reaper_ = std::thread([this] { ReapExpired(); });
   started_ = true;
@@ -262,18 +281,177 @@ absl::Status Daemon::Start() {
                FormatBytes(d.total_bytes),
                d.compute_capability.empty() ? "" : StrCat(" cc ", d.compute_capability)));
   }
-  std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, metrics %s\n", kVersion,
+  std::printf("gpubrokerd %s: backend %s (%s), devices [%s], sockets %s, %smetrics %s\n", kVersion,
               std::string(backend_->name()).c_str(), backend_why_.c_str(),
               absl::StrJoin(devices, "; ").c_str(), options_.socket_dir.c_str(),
+              health_bound_.empty() ? "" : StrCat("health ", health_bound_, ", ").c_str(),
               metrics_bound_.empty() ? "off" : metrics_bound_.c_str());
   std::fflush(stdout);
+  systemd::NotifyReady(StatusText());
+  if (std::getenv("NOTIFY_SOCKET") != nullptr) {
+    notifier_ = std::thread([this] { NotifyServiceManager(); });
+  }
   return absl::OkStatus();
 }
 
+absl::StatusOr<TenantDirectory> Daemon::Check(const DaemonOptions& options) {
+  if (!options.socket_group.empty()) {
+    if (auto gid = LookupGroup(options.socket_group); !gid.ok()) {
+      return absl::InvalidArgumentError(StrCat("socket_group: ", gid.status().message()));
+    }
+  }
+  std::optional<gid_t> admin_gid;
+  if (!options.admin_group.empty()) {
+    gid_t gid = 0;
+    if (ParseInt(options.admin_group, &gid)) {
+      admin_gid = gid;
+    } else if (auto found = LookupGroup(options.admin_group); found.ok()) {
+      admin_gid = *found;
+    } else {
+      return absl::InvalidArgumentError(StrCat("admin_group: ", found.status().message()));
+    }
+  }
+  // The directory refuses tenant names that are reserved (uid-<n>) at start
+  // and on every reload alike.
+  auto tenants = TenantDirectory::Create(options.tenants, options.default_quota_bytes, admin_gid);
+  if (!tenants.ok())
+    return absl::InvalidArgumentError(StrCat("tenants: ", tenants.status().message()));
+  return tenants;
+}
+
+namespace {
+
+std::string QuotaText(uint64_t bytes) { return bytes == 0 ? "unlimited" : FormatBytes(bytes); }
+
+// What a reload changes about the tenants, one phrase per difference.
+std::vector<std::string> TenantChanges(const TenantDirectory& before,
+                                       const TenantDirectory& after) {
+  std::vector<std::string> out;
+  auto find = [](const TenantDirectory& d, const std::string& name) -> const TenantSpec* {
+    for (const auto& t : d.configured()) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  for (const auto& t : after.configured()) {
+    const TenantSpec* old = find(before, t.name);
+    if (old == nullptr) {
+      out.push_back(StrCat("tenant '", t.name, "' added (quota ", QuotaText(t.quota_bytes), ")"));
+      continue;
+    }
+    if (old->quota_bytes != t.quota_bytes) {
+      out.push_back(StrCat("tenant '", t.name, "' quota ", QuotaText(old->quota_bytes), " -> ",
+                           QuotaText(t.quota_bytes)));
+    }
+    if (old->uids != t.uids || old->gids != t.gids) {
+      out.push_back(StrCat("tenant '", t.name, "' members changed (for new sessions)"));
+    }
+  }
+  for (const auto& t : before.configured()) {
+    if (find(after, t.name) == nullptr) {
+      out.push_back(StrCat("tenant '", t.name, "' removed (its sessions and buffers stay)"));
+    }
+  }
+  if (before.default_quota_bytes() != after.default_quota_bytes()) {
+    out.push_back(StrCat("default quota ", QuotaText(before.default_quota_bytes()), " -> ",
+                         QuotaText(after.default_quota_bytes())));
+  }
+  return out;
+}
+
+// Options that a reload applies; any other change waits for a restart.
+bool Reloadable(const std::string& flag) {
+  return flag == "config" || flag == "log-level" || flag == "default-quota" ||
+         flag == "admin-group";
+}
+
+}  // namespace
+
+absl::Status Daemon::Reload(const DaemonOptions& options) {
+  if (!started_ || stopped_) return absl::FailedPreconditionError("not serving");
+  systemd::NotifyReloading();
+  auto tenants = Check(options);
+  if (!tenants.ok()) {
+    spdlog::error("reload refused, the running configuration stays: {}",
+                  std::string(tenants.status().message()));
+    systemd::NotifyReady(StatusText());
+    return tenants.status();
+  }
+  std::vector<std::string> changes = TenantChanges(*registry_->tenants(), *tenants);
+  std::vector<std::string> need_restart;
+  auto keys = options_.given;
+  keys.insert(options.given.begin(), options.given.end());
+  for (const auto& [flag, unused] : keys) {
+    if (Reloadable(flag)) continue;
+    auto before = options_.given.find(flag);
+    auto after = options.given.find(flag);
+    const bool same = before != options_.given.end() && after != options.given.end() &&
+                      before->second == after->second;
+    if (!same) need_restart.push_back(flag);
+  }
+  if (options.log_level != options_.log_level) {
+    changes.push_back(StrCat("log level ", options_.log_level, " -> ", options.log_level));
+    SetLogLevel(options.log_level);
+  }
+  registry_->ReplaceTenants(std::move(*tenants));
+  options_.tenants = options.tenants;
+  options_.default_quota_bytes = options.default_quota_bytes;
+  options_.log_level = options.log_level;
+  options_.admin_group = options.admin_group;
+  for (const char* flag : {"config", "log-level", "default-quota", "admin-group"}) {
+    if (auto it = options.given.find(flag); it != options.given.end()) {
+      options_.given[flag] = it->second;
+    } else {
+      options_.given.erase(flag);
+    }
+  }
+  const NodeStatus now = status_->Collect();
+  spdlog::info("reloaded {}: {}; {} sessions kept",
+               options.config_file.empty() ? "the configuration" : options.config_file,
+               changes.empty() ? "no change" : absl::StrJoin(changes, ", "), now.sessions);
+  if (!need_restart.empty()) {
+    spdlog::warn("reload: --{} changed; that takes effect at the next restart",
+                 absl::StrJoin(need_restart, ", --"));
+  }
+  systemd::NotifyReady(StatusText());
+  return absl::OkStatus();
+}
+
+std::string Daemon::StatusText() const {
+  const NodeStatus now = status_->Collect();
+  uint64_t used = 0, capacity = 0;
+  for (const auto& d : now.devices) {
+    used += d.usage.used_bytes;
+    capacity += d.usage.capacity_bytes;
+  }
+  return StrCat(now.sessions, " sessions, ", now.buffers, " buffers, ", FormatBytes(used), " of ",
+                FormatBytes(capacity), " lent on ", now.devices.size(), " ", now.backend,
+                " devices");
+}
+
+void Daemon::NotifyServiceManager() {
+  const auto watchdog = systemd::WatchdogInterval();
+  // Ping at half the interval the manager allows; refresh the status line
+  // every few seconds either way.
+  auto period = std::chrono::microseconds(std::chrono::seconds(5));
+  if (watchdog.count() > 0) period = std::min(period, watchdog / 2);
+  std::string last;
+  while (!stop_notifier_.HasBeenNotified()) {
+    std::string status = StatusText();  // takes the registry's lock
+    if (watchdog.count() > 0) systemd::NotifyWatchdog();
+    if (status != last) systemd::NotifyStatus(status);
+    last = std::move(status);
+    stop_notifier_.WaitForNotificationWithTimeout(absl::FromChrono(period));
+  }
+}
+
 void Daemon::SetServing(bool serving) {
-  auto* health = server_->GetHealthCheckService();
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(v1::Broker::service_full_name(), serving);
+  if (server_) {
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(v1::Broker::service_full_name(), serving);
+  }
+  if (health_) health_->SetServing(serving);
 }
 
 void Daemon::ReapExpired() {
@@ -281,7 +459,7 @@ void Daemon::ReapExpired() {
     const int64_t now = absl::ToUnixMillis(absl::Now());
     const ExpiryReport r = registry_->ExpireDue(now);
     if (r.buffers_expired > 0) {
-      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes);
+      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes, ReclaimCause::kTtl);
       spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
                    FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
     }
@@ -297,7 +475,14 @@ void Daemon::ReapExpired() {
 void Daemon::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
-  if (started_) spdlog::info("shutting down");
+  if (started_) {
+    systemd::NotifyStopping();
+    spdlog::info("shutting down");
+  }
+  if (notifier_.joinable()) {
+    stop_notifier_.Notify();
+    notifier_.join();
+  }
   if (server_) SetServing(false);
   if (registry_) registry_->BeginShutdown();
   if (sessions_) sessions_->Stop();
@@ -306,6 +491,7 @@ void Daemon::Shutdown() {
   // In-flight calls already answer UNAVAILABLE (the registry is shutting down);
   // the grace period only has to let those answers out.
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+  if (health_) health_->Shutdown();
   spdlog::debug("gRPC server stopped");
   if (reaper_.joinable()) {
     stop_reaper_.Notify();
@@ -319,6 +505,7 @@ void Daemon::Shutdown() {
   spdlog::debug("metrics stopped");
   server_.reset();
   grpc_acceptor_.reset();
+  health_.reset();
   service_.reset();
   sessions_.reset();
   calls_.reset();

@@ -1,21 +1,45 @@
 // gpubrokerd: wiring only. Parses options, sets up logging and signals, runs
-// the daemon until SIGTERM or SIGINT.
+// the daemon until SIGTERM or SIGINT; SIGHUP re-reads the configuration.
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/synchronization/mutex.h"
+#include "common/units.h"
 #include "common/version.h"
 #include "daemon/config/options.h"
 #include "daemon/daemon.h"
-#include "google/protobuf/stubs/logging.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
+#include "daemon/logging.h"
 #include "spdlog/spdlog.h"
+
+namespace {
+
+const char* Getenv(const char* name) { return std::getenv(name); }
+
+// --check-config: what the daemon would refuse at start or reload, or what it
+// would run with.
+int CheckConfig(const gpubroker::DaemonOptions& options) {
+  auto tenants = gpubroker::Daemon::Check(options);
+  if (!tenants.ok()) {
+    std::fprintf(stderr, "gpubrokerd: %s: %s\n", options.config_file.c_str(),
+                 std::string(tenants.status().message()).c_str());
+    return 1;
+  }
+  const std::string quota = options.default_quota_bytes == 0
+                                ? "unlimited"
+                                : gpubroker::FormatBytes(options.default_quota_bytes);
+  std::printf("%s: ok: %zu tenants, default quota %s, backend %s, sockets in %s\n",
+              options.config_file.c_str(), tenants->configured().size(), quota.c_str(),
+              options.backend.c_str(), options.socket_dir.c_str());
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace gpubroker;
-  auto parsed = ParseCommandLine(argc, argv, [](const char* name) { return std::getenv(name); });
+  auto parsed = ParseCommandLine(argc, argv, Getenv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "gpubrokerd: %s\n", std::string(parsed.status().message()).c_str());
     return 2;
@@ -32,34 +56,23 @@ int main(int argc, char** argv) {
     std::fputs(OptionsMarkdown().c_str(), stdout);
     return 0;
   }
+  if (parsed->check_config) return CheckConfig(parsed->options);
 
 #ifdef NDEBUG
   // Abseil's lock-order graph costs microseconds per lock on the hot path;
   // debug and sanitizer builds keep it (the tests run there too).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
-  auto logger = spdlog::stderr_color_mt("gpubrokerd");
-  // Protobuf complains on stderr about every malformed frame a client sends;
-  // route that through our (rate-limited, levelled) log instead.
-  google::protobuf::SetLogHandler(
-      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
-        if (level >= google::protobuf::LOGLEVEL_FATAL) {
-          spdlog::critical("protobuf {}:{}: {}", file, line, message);
-        } else {
-          spdlog::debug("protobuf: {}", message);
-        }
-      });
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(spdlog::level::from_str(parsed->options.log_level));
+  SetUpLogging(parsed->options.log_level);
 
   // Signals are taken synchronously by this thread; every other thread is
   // started after this and inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   Daemon daemon(parsed->options);
@@ -68,9 +81,23 @@ int main(int argc, char** argv) {
     daemon.Shutdown();
     return 1;
   }
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) {
+      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    // The same sources as at start (file, environment, flags), read anew.
+    spdlog::info("received SIGHUP: reloading the configuration");
+    auto fresh = ParseCommandLine(argc, argv, Getenv);
+    if (!fresh.ok()) {
+      spdlog::error("reload refused, the running configuration stays: {}",
+                    std::string(fresh.status().message()));
+      continue;
+    }
+    (void)daemon.Reload(fresh->options);
+  }
   daemon.Shutdown();
   return 0;
 }

@@ -15,6 +15,14 @@ int main(int argc, char** argv) {
     options.wait = true;
     options.timeout = std::chrono::seconds(30);
     auto buffer = client.open(name, options);
+    if (buffer.info().backing.rfind("cuda", 0) == 0) {
+      // data() is a device pointer here: this demo's CPU loop cannot touch it.
+      std::fprintf(stderr,
+                   "consumer: %s is GPU memory (%s); this demo reads and writes host memory: "
+                   "run gpubrokerd with --backend host, or share GPU buffers from a framework\n",
+                   name.c_str(), buffer.info().backing.c_str());
+      return 2;
+    }
     const auto& t = buffer.tensor();
     if (!t || t->dtype != gpubroker::DType::kFloat32 || t->shape.size() != 2) {
       std::fprintf(stderr, "consumer: %s carries no float32 matrix descriptor\n", name.c_str());

@@ -28,6 +28,14 @@ int main(int argc, char** argv) {
     options.name = name;
     options.tensor = gpubroker::TensorDesc{gpubroker::DType::kFloat32, {kRows, kCols}, {}, 0};
     auto buffer = client.allocate(kRows * kCols * sizeof(float), options);
+    if (buffer.info().backing.rfind("cuda", 0) == 0) {
+      // data() is a device pointer here: this demo's CPU loop cannot touch it.
+      std::fprintf(stderr,
+                   "producer: %s is GPU memory (%s); this demo reads and writes host memory: "
+                   "run gpubrokerd with --backend host, or share GPU buffers from a framework\n",
+                   name.c_str(), buffer.info().backing.c_str());
+      return 2;
+    }
     auto values = buffer.as<float>();
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) * 0.5f;
     values[values.size() - 1] = 0;  // the consumer's answer goes here

@@ -9,4 +9,12 @@ build=${2:-build}
 out=${3:-.device-bundle}
 "$bundler" "$out" "$build/bin" "$build/lib" bench/torch_mp_baseline.py scripts/gpu-run.sh
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2>/dev/null || true
+# The Python package, its tests, examples and benchmark, laid out as in the
+# repository (the tests find the package's sources relative to themselves).
+mkdir -p "$out/src/client" "$out/src/tests" "$out/src/examples" "$out/src/bench"
+cp -r client/python "$out/src/client/"
+cp -r tests/python "$out/src/tests/"
+cp -r examples/python "$out/src/examples/"
+cp -r bench/python "$out/src/bench/"
+find "$out/src" -name __pycache__ -prune -exec rm -rf {} +
 du -sh "$out"

@@ -7,16 +7,34 @@
 #include <string>
 
 #include "client/src/client_impl.h"
+#include "client/src/dlpack_abi.h"
 #include "gpubroker/client.hpp"
 #include "gpubroker/gpubroker.h"
 
+namespace {
+
+// What a buffer handle and its views share: the last of them to go unmaps
+// and drops the lease (~Buffer).
+struct Held {
+  gpubroker::Buffer buffer;
+  std::vector<int64_t> strides;  // filled in when the producer gave none
+  uint64_t fork_generation = gpubroker::detail::ForkGeneration();
+};
+
+}  // namespace
+
 struct gpubroker_client {
   gpubroker::Client client;
+  uint64_t fork_generation = gpubroker::detail::ForkGeneration();
 };
 
 struct gpubroker_buffer {
-  gpubroker::Buffer buffer;
-  std::vector<int64_t> strides;  // filled in when the producer gave none
+  std::shared_ptr<Held> held;
+  gpubroker::Buffer& buffer() const { return held->buffer; }
+};
+
+struct gpubroker_view {
+  std::shared_ptr<Held> held;
 };
 
 namespace {
@@ -66,16 +84,104 @@ gpubroker::OpenOptions ToOptions(const gpubroker_open_options_t* o) {
 }
 
 gpubroker_buffer_t* Wrap(gpubroker::Buffer buffer) {
-  auto* out = new gpubroker_buffer{std::move(buffer), {}};
-  if (const auto& t = out->buffer.tensor(); t && t->strides.empty() && !t->shape.empty()) {
-    out->strides.resize(t->shape.size());
+  auto held = std::make_shared<Held>();
+  held->buffer = std::move(buffer);
+  if (const auto& t = held->buffer.tensor(); t && t->strides.empty() && !t->shape.empty()) {
+    held->strides.resize(t->shape.size());
     int64_t stride = 1;
     for (size_t i = t->shape.size(); i-- > 0;) {
-      out->strides[i] = stride;
+      held->strides[i] = stride;
       stride *= t->shape[i];
     }
   }
-  return out;
+  return new gpubroker_buffer{std::move(held)};
+}
+
+void CheckNotForked(const Held& held) {
+  if (gpubroker::detail::ForkedSince(held.fork_generation)) {
+    gpubroker::ThrowError(gpubroker::ErrorCode::kFailedPrecondition,
+                          "this buffer belongs to the process that made this one by fork(); "
+                          "connect and open it anew in the child");
+  }
+}
+
+// DLPack ---------------------------------------------------------------------
+
+namespace dl = gpubroker::dlpack;
+
+dl::DataType ToDlpack(gpubroker::DType dtype) {
+  using gpubroker::DType;
+  const auto bits = static_cast<uint8_t>(gpubroker::DTypeSize(dtype) * 8);
+  switch (dtype) {
+    case DType::kBool:
+      return {dl::kBool, 8, 1};
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+      return {dl::kInt, bits, 1};
+    case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+      return {dl::kUInt, bits, 1};
+    case DType::kFloat16:
+    case DType::kFloat32:
+    case DType::kFloat64:
+      return {dl::kFloat, bits, 1};
+    case DType::kBFloat16:
+      return {dl::kBfloat, 16, 1};
+    case DType::kComplex64:
+    case DType::kComplex128:
+      return {dl::kComplex, bits, 1};
+    case DType::kUnspecified:
+      break;
+  }
+  gpubroker::ThrowError(gpubroker::ErrorCode::kInvalidArgument, "the buffer's dtype is unknown");
+}
+
+// One allocation per export: the managed tensor first, then what it points to.
+template <typename Managed>
+struct Export {
+  Managed managed{};
+  std::shared_ptr<Held> held;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+
+  static void Delete(Managed* self) noexcept { delete reinterpret_cast<Export*>(self); }
+};
+static_assert(offsetof(Export<dl::ManagedTensor>, managed) == 0);
+static_assert(offsetof(Export<dl::ManagedTensorVersioned>, managed) == 0);
+
+template <typename Managed>
+Managed* NewExport(const std::shared_ptr<Held>& held, dl::Tensor** tensor) {
+  auto e = std::make_unique<Export<Managed>>();
+  e->held = held;
+  const gpubroker::Buffer& b = held->buffer;
+  dl::Tensor& t = e->managed.dl_tensor;
+  // The offset goes into the pointer: consumers disagree on byte_offset.
+  auto* data = static_cast<char*>(b.data());
+  if (const auto& desc = b.tensor()) {
+    t.dtype = ToDlpack(desc->dtype);
+    e->shape = desc->shape;
+    e->strides = desc->strides.empty() ? held->strides : desc->strides;
+    data += desc->byte_offset;
+  } else {
+    t.dtype = {dl::kUInt, 8, 1};
+    e->shape = {static_cast<int64_t>(b.size())};
+    e->strides = {1};
+  }
+  t.data = data;
+  const int ordinal = b.device_ordinal();
+  t.device = ordinal < 0 ? dl::Device{dl::kCPU, 0} : dl::Device{dl::kCUDA, ordinal};
+  t.ndim = static_cast<int32_t>(e->shape.size());
+  t.shape = e->shape.data();
+  t.strides = e->strides.data();
+  t.byte_offset = 0;
+  e->managed.manager_ctx = nullptr;
+  e->managed.deleter = &Export<Managed>::Delete;
+  *tensor = &t;
+  return &e.release()->managed;
 }
 
 #define GPUBROKER_CHECK_ARG(cond)                                                   \
@@ -120,6 +226,24 @@ gpubroker_status_t gpubroker_connect(const char* socket_dir, gpubroker_client_t*
 }
 
 void gpubroker_disconnect(gpubroker_client_t* client) { delete client; }
+
+gpubroker_status_t gpubroker_client_check(const gpubroker_client_t* client) {
+  GPUBROKER_CHECK_ARG(client != nullptr);
+  if (gpubroker::detail::ForkedSince(client->fork_generation)) {
+    return Fail(GPUBROKER_FAILED_PRECONDITION,
+                "this client was connected by the process that made this one by fork(); "
+                "connect anew in the child");
+  }
+  return GPUBROKER_OK;
+}
+
+uint64_t gpubroker_client_session_id(const gpubroker_client_t* client) {
+  return client ? client->client.session().id : 0;
+}
+
+const char* gpubroker_client_tenant(const gpubroker_client_t* client) {
+  return client ? client->client.session().tenant.c_str() : "";
+}
 
 gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
                                       const gpubroker_alloc_options_t* o,
@@ -193,57 +317,106 @@ void gpubroker_string_free(char* s) { std::free(s); }
 
 gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
-  return Guard([&] { buffer->buffer.seal(); });
+  return Guard([&] { buffer->buffer().seal(); });
 }
 
 gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer, void* stream) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
-  return Guard([&] { buffer->buffer.seal(stream); });
+  return Guard([&] { buffer->buffer().seal(stream); });
 }
 
 gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer, void* stream) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
-  return Guard([&] { buffer->buffer.wait_ready(stream); });
+  return Guard([&] { buffer->buffer().wait_ready(stream); });
 }
 
 gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer) {
   if (buffer == nullptr) return GPUBROKER_OK;
-  gpubroker_status_t status = Guard([&] { buffer->buffer.release(); });
+  gpubroker_status_t status = GPUBROKER_OK;
+  // With views alive, the last of them releases (and cannot report).
+  if (buffer->held.use_count() == 1) status = Guard([&] { buffer->buffer().release(); });
   delete buffer;
   return status;
 }
 
-void* gpubroker_buffer_data(const gpubroker_buffer_t* b) { return b ? b->buffer.data() : nullptr; }
-uint64_t gpubroker_buffer_size(const gpubroker_buffer_t* b) { return b ? b->buffer.size() : 0; }
-uint64_t gpubroker_buffer_id(const gpubroker_buffer_t* b) { return b ? b->buffer.id() : 0; }
+void* gpubroker_buffer_data(const gpubroker_buffer_t* b) {
+  return b ? b->buffer().data() : nullptr;
+}
+uint64_t gpubroker_buffer_size(const gpubroker_buffer_t* b) { return b ? b->buffer().size() : 0; }
+uint64_t gpubroker_buffer_id(const gpubroker_buffer_t* b) { return b ? b->buffer().id() : 0; }
 const char* gpubroker_buffer_name(const gpubroker_buffer_t* b) {
-  return b ? b->buffer.name().c_str() : "";
+  return b ? b->buffer().name().c_str() : "";
 }
 const char* gpubroker_buffer_device(const gpubroker_buffer_t* b) {
-  return b ? b->buffer.device().c_str() : "";
+  return b ? b->buffer().device().c_str() : "";
 }
 int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* b) {
-  return b && b->buffer.info().state == gpubroker::BufferState::kSealed;
+  return b && b->buffer().info().state == gpubroker::BufferState::kSealed;
 }
-int gpubroker_buffer_is_owner(const gpubroker_buffer_t* b) { return b && b->buffer.is_owner(); }
+int gpubroker_buffer_is_owner(const gpubroker_buffer_t* b) { return b && b->buffer().is_owner(); }
+int32_t gpubroker_buffer_device_ordinal(const gpubroker_buffer_t* b) {
+  return b ? b->buffer().device_ordinal() : -1;
+}
+
+gpubroker_status_t gpubroker_buffer_ready_stream(gpubroker_buffer_t* b, void** stream) {
+  GPUBROKER_CHECK_ARG(b != nullptr && stream != nullptr);
+  return Guard([&] { *stream = b->buffer().ready_stream(); });
+}
+
+gpubroker_status_t gpubroker_buffer_view(gpubroker_buffer_t* b, gpubroker_view_t** out) {
+  GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
+  return Guard([&] {
+    CheckNotForked(*b->held);
+    *out = new gpubroker_view{b->held};
+  });
+}
+
+void* gpubroker_view_data(const gpubroker_view_t* v) {
+  return v ? v->held->buffer.data() : nullptr;
+}
+
+void gpubroker_view_release(gpubroker_view_t* v) { delete v; }
+
+gpubroker_status_t gpubroker_buffer_to_dlpack(gpubroker_buffer_t* b, uint32_t flags, void** out) {
+  GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
+  constexpr uint32_t kKnown = GPUBROKER_DLPACK_VERSIONED | GPUBROKER_DLPACK_READ_ONLY;
+  if ((flags & ~kKnown) != 0) {
+    return Fail(GPUBROKER_INVALID_ARGUMENT, "unknown gpubroker_buffer_to_dlpack flags");
+  }
+  if ((flags & GPUBROKER_DLPACK_READ_ONLY) && !(flags & GPUBROKER_DLPACK_VERSIONED)) {
+    return Fail(GPUBROKER_INVALID_ARGUMENT, "a legacy DLPack tensor cannot say it is read-only");
+  }
+  return Guard([&] {
+    CheckNotForked(*b->held);
+    dl::Tensor* tensor = nullptr;
+    if (flags & GPUBROKER_DLPACK_VERSIONED) {
+      auto* m = NewExport<dl::ManagedTensorVersioned>(b->held, &tensor);
+      m->version = {dl::kMajorVersion, dl::kMinorVersion};
+      m->flags = (flags & GPUBROKER_DLPACK_READ_ONLY) ? dl::kFlagReadOnly : 0;
+      *out = m;
+    } else {
+      *out = NewExport<dl::ManagedTensor>(b->held, &tensor);
+    }
+  });
+}
 
 gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffer_t* b, int32_t* dtype,
                                            uint32_t* ndim, const int64_t** shape,
                                            const int64_t** strides, uint64_t* byte_offset) {
   GPUBROKER_CHECK_ARG(b != nullptr);
-  const auto& t = b->buffer.tensor();
+  const auto& t = b->buffer().tensor();
   if (!t) return Fail(GPUBROKER_NOT_FOUND, "the buffer has no tensor descriptor");
   if (dtype) *dtype = static_cast<int32_t>(t->dtype);
   if (ndim) *ndim = static_cast<uint32_t>(t->shape.size());
   if (shape) *shape = t->shape.data();
-  if (strides) *strides = t->strides.empty() ? b->strides.data() : t->strides.data();
+  if (strides) *strides = t->strides.empty() ? b->held->strides.data() : t->strides.data();
   if (byte_offset) *byte_offset = t->byte_offset;
   return GPUBROKER_OK;
 }
 
 gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* b, char** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
-  return Guard([&] { *out = CopyString(gpubroker::ToJson(b->buffer.info())); });
+  return Guard([&] { *out = CopyString(gpubroker::ToJson(b->buffer().info())); });
 }
 
 }  // extern "C"

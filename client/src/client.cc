@@ -49,6 +49,8 @@ void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullp
 
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
+  impl_->CheckProcess();
+  if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
   v1::Call call;
@@ -70,13 +72,33 @@ void Buffer::seal(void* stream) {
 
 void Buffer::wait_ready(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
+  impl_->CheckProcess();
+  if (!mapping_) {
+    ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on a buffer opened without map");
+  }
   mapping_->WaitReady(stream);
 }
+
+void* Buffer::ready_stream() {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "ready_stream on an empty Buffer handle");
+  impl_->CheckProcess();
+  return mapping_->ReadyStream();
+}
+
+int Buffer::device_ordinal() const noexcept { return mapping_ ? mapping_->device_ordinal() : -1; }
 
 void Buffer::release() { Reset(true); }
 
 void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
+  if (impl_->forked()) {
+    // The lease is the parent's: keep out of its session. A host mapping is
+    // this process's own to undo; the CUDA ones skip their calls themselves.
+    mapping_.reset();
+    auto impl = std::move(impl_);
+    if (report_errors) impl->CheckProcess();
+    return;
+  }
   // Unmap before the lease drops: the daemon may hand the memory to someone
   // else as soon as the last lease is gone.
   mapping_.reset();
@@ -141,6 +163,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
     if (!s.ok()) impl_->Throw(s);
   }
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
+  if (!options.map) return buffer;
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;

@@ -1,6 +1,7 @@
 #include "client/src/client_impl.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -63,7 +64,7 @@ RefusalReason ReasonOf(const grpc::Status& status) {
 }
 
 ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
-    : socket_dir_(std::move(socket_dir)), options_(std::move(options)) {
+    : socket_dir_(std::move(socket_dir)), options_(std::move(options)), pid_(::getpid()) {
   session_channel_ = std::make_unique<SessionChannel>(StrCat(socket_dir_, "/", kSessionSocketName),
                                                       options_.client_name, kHelloTimeout);
   const v1::Welcome& w = session_channel_->welcome();
@@ -79,14 +80,37 @@ ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A connection of its own: a process made by fork() inherits the parent's
+  // connections, and with gRPC's global pool a child's new client would send
+  // on the parent's one and wreck its HTTP/2 state.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   channel_ = grpc::CreateCustomChannel(StrCat("unix:", socket_dir_, "/", kGrpcSocketName),
                                        grpc::InsecureChannelCredentials(), args);
   stub_ = v1::Broker::NewStub(channel_);
 }
 
-ClientImpl::~ClientImpl() { session_channel_->SayGoodbye(); }
+ClientImpl::~ClientImpl() {
+  if (forked()) {
+    // The channel's threads live in the parent only: tearing it down here
+    // could hang. Closing our copy of the session socket leaves the
+    // parent's session as it was; a Goodbye would end it.
+    (void)stub_.release();
+    new std::shared_ptr<grpc::Channel>(std::move(channel_));
+    return;
+  }
+  session_channel_->SayGoodbye();
+}
+
+void ClientImpl::CheckProcess() const {
+  if (forked()) {
+    ThrowError(ErrorCode::kFailedPrecondition,
+               StrCat("this client was connected by process ", pid_,
+                      "; a process made by fork() cannot use it: connect anew in the child"));
+  }
+}
 
 void ClientImpl::Prepare(grpc::ClientContext& ctx, std::chrono::milliseconds extra) const {
+  CheckProcess();
   ctx.AddMetadata(kTokenMetadataKey, token_hex_);
   ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout + extra);
 }
@@ -104,7 +128,9 @@ void ClientImpl::Throw(const grpc::Status& status) const {
 
 ImportedRegion::~ImportedRegion() {
 #ifdef GPUBROKER_HAVE_CUDA
-  if (cuda_mapped != 0) UnmapCudaShared(cuda_mapped, size, device_uuid);
+  if (cuda_mapped != 0 && !ForkedSince(fork_generation)) {
+    UnmapCudaShared(cuda_mapped, size, device_uuid);
+  }
 #endif
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "client/src/fork_guard.h"
 #include "common/unique_fd.h"
 #include "common/wire/frame.h"
 #include "gpubroker/error.hpp"
@@ -29,6 +32,11 @@ class Mapping {
   virtual void RecordReady(void* /*stream*/) {}
   /// Makes `stream` wait for the ready fence (CUDA); nothing on the host.
   virtual void WaitReady(void* /*stream*/) {}
+  /// A stream of the library's own on the buffer's device, made to wait for
+  /// the ready fence (CUDA); nullptr on the host.
+  virtual void* ReadyStream() { return nullptr; }
+  /// The CUDA ordinal of the buffer's device in this process; -1 on the host.
+  virtual int device_ordinal() const { return -1; }
 };
 
 /// The client end of session.sock: the session's lifeline and the channel on
@@ -80,6 +88,7 @@ struct ImportedRegion {
   void* cuda_pool = nullptr;  // cudaMemPool_t
   uint64_t cuda_mapped = 0;   // device address of a mapped fence page or arena slab
   std::string device_uuid;
+  uint64_t fork_generation = ForkGeneration();
   ~ImportedRegion();
 };
 
@@ -91,8 +100,15 @@ class ClientImpl {
   v1::Broker::Stub& stub() { return *stub_; }
   /// One data-path call on the session's connection, bounded by the call timeout.
   bool Call(v1::Call call, v1::Reply* reply) {
+    CheckProcess();
     return session_channel_->Call(std::move(call), reply, options_.call_timeout);
   }
+
+  /// True in a process made by fork() after this client connected: the
+  /// session belongs to the parent.
+  bool forked() const noexcept { return ForkedSince(fork_generation_); }
+  /// Throws FailedPreconditionError when forked().
+  void CheckProcess() const;
   /// Token metadata and deadline for a call (`extra` on top of the call timeout).
   void Prepare(grpc::ClientContext& ctx,
                std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
@@ -118,6 +134,8 @@ class ClientImpl {
 
   std::string socket_dir_;
   ConnectOptions options_;
+  uint64_t fork_generation_ = ForkGeneration();
+  pid_t pid_ = 0;  // of the process that connected, for the message
   std::unique_ptr<SessionChannel> session_channel_;
   SessionInfo session_;
   std::string token_hex_;

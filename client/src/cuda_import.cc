@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "client/src/client_impl.h"
 #include "common/cuda/cuda_util.h"
@@ -41,6 +43,21 @@ void UnmapVmm(int device, CUdeviceptr ptr, size_t size) {
   api.cuMemAddressFree(ptr, size);
 }
 
+// One stream per device that the library owns, for ReadyStream. Never
+// destroyed: interfaces hand it out, and a consumer may still hold it at exit.
+CUstream OwnStream(int device) {
+  static std::mutex mu;
+  static auto* streams = new std::map<int, cudaStream_t>();
+  std::lock_guard lock(mu);
+  cudaStream_t& s = (*streams)[device];
+  if (s == nullptr) {
+    cuda::ScopedDevice on(device);
+    if (!on.status().ok()) ThrowStatus(on.status());
+    Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  }
+  return reinterpret_cast<CUstream>(s);
+}
+
 class CudaMapping : public Mapping {
  public:
   CudaMapping(int device, void* ptr, uint64_t fence_page, const v1::ImportDescriptor& import)
@@ -50,6 +67,7 @@ class CudaMapping : public Mapping {
                import.fence_offset()),
         fence_value_(import.fence_value()) {}
   void* data() const override { return ptr_; }
+  int device_ordinal() const override { return device_; }
 
   // The fence is a word of device memory: the producer sets it in stream
   // order after its writes; a consumer's stream waits until it holds the
@@ -75,12 +93,22 @@ class CudaMapping : public Mapping {
       ThrowStatus(s);
     }
   }
+  void* ReadyStream() override {
+    CUstream stream = OwnStream(device_);
+    WaitReady(stream);
+    return stream;
+  }
 
  protected:
+  // CUDA does not work in a process made by fork(): there the mapping is
+  // left as the parent made it.
+  bool forked() const { return ForkedSince(fork_generation_); }
+
   const int device_;
   void* const ptr_;
   const CUdeviceptr fence_;
   const uint64_t fence_value_;
+  const uint64_t fork_generation_ = ForkGeneration();
 };
 
 class PoolPointer final : public CudaMapping {
@@ -89,6 +117,7 @@ class PoolPointer final : public CudaMapping {
   ~PoolPointer() override {
     // cudaFree of an imported pointer waits for the work that uses it, which
     // is what must precede the lease's release (and so the owner's free).
+    if (forked()) return;
     cuda::ScopedDevice on(device_);
     if (cudaFree(ptr_) != cudaSuccess) cudaGetLastError();
   }
@@ -101,6 +130,7 @@ class ArenaView final : public CudaMapping {
   ~ArenaView() override {
     // What cudaFree does for a pool import: the work that uses the range
     // completes before the lease's release lets the daemon lend it again.
+    if (forked()) return;
     cuda::ScopedDevice on(device_);
     if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
   }
@@ -111,7 +141,9 @@ class VmmView final : public CudaMapping {
   VmmView(int device, CUdeviceptr ptr, size_t size, uint64_t fence_page,
           const v1::ImportDescriptor& import)
       : CudaMapping(device, reinterpret_cast<void*>(ptr), fence_page, import), size_(size) {}
-  ~VmmView() override { UnmapVmm(device_, reinterpret_cast<CUdeviceptr>(ptr_), size_); }
+  ~VmmView() override {
+    if (!forked()) UnmapVmm(device_, reinterpret_cast<CUdeviceptr>(ptr_), size_);
+  }
 
  private:
   size_t size_;

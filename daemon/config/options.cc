@@ -17,6 +17,30 @@ absl::Status SetString(std::string& field, std::string_view value) {
   return absl::OkStatus();
 }
 
+// Empty, or HOST:PORT with a port of 0 to 65535.
+absl::Status CheckHostPort(std::string_view v) {
+  if (v.empty()) return absl::OkStatus();
+  auto colon = v.rfind(':');
+  int port = -1;
+  if (colon == std::string_view::npos || colon == 0 || !ParseInt(v.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetSwitch(bool& field, std::string_view value) {
+  const std::string v = ToLower(Trim(value));
+  if (v == "true" || v == "1" || v == "yes" || v == "on") {
+    field = true;
+  } else if (v == "false" || v == "0" || v == "no" || v == "off") {
+    field = false;
+  } else {
+    return absl::InvalidArgumentError(StrCat("'", value, "' is not true or false"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> ParseQuota(std::string_view value) {
   const std::string v = ToLower(Trim(value));
   if (v == "unlimited" || v == "none") return 0;
@@ -59,16 +83,15 @@ const std::vector<OptionSpec> kOptions = {
      "127.0.0.1:9464",
      "Where Prometheus scrapes /metrics; port 0 picks a free port; empty turns metrics off.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
-       if (!v.empty()) {
-         auto colon = v.rfind(':');
-         int port = -1;
-         if (colon == std::string_view::npos || colon == 0 ||
-             !ParseInt(v.substr(colon + 1), &port) || port < 0 || port > 65535) {
-           return absl::InvalidArgumentError(
-               StrCat("'", v, "' is not HOST:PORT (e.g. 127.0.0.1:9464)"));
-         }
-       }
+       if (auto s = CheckHostPort(v); !s.ok()) return s;
        return SetString(o.metrics_address, v);
+     }},
+    {"health-address", "GPUBROKER_HEALTH_ADDRESS", "health_address", "HOST:PORT", "off",
+     "Serves grpc.health.v1 alone (no broker calls) over TCP here, for probes such as "
+     "Kubernetes' grpc probes; port 0 picks a free port.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       if (auto s = CheckHostPort(v); !s.ok()) return s;
+       return SetString(o.health_address, v);
      }},
     {"log-level", "GPUBROKER_LOG_LEVEL", "log_level", "LEVEL", "info",
      "trace, debug, info, warn, error or off.",
@@ -153,6 +176,10 @@ const std::vector<OptionSpec> kOptions = {
      [](DaemonOptions& o, std::string_view v) {
        return SetCount(o.max_descriptors_per_tenant, v);
      }},
+    {"grpc-reflection", "GPUBROKER_GRPC_REFLECTION", "grpc_reflection", "", "off",
+     "Serve gRPC server reflection (grpc.reflection.v1alpha) on gpubroker.sock, so that "
+     "tools such as grpcurl can call the broker without its .proto files.",
+     [](DaemonOptions& o, std::string_view v) { return SetSwitch(o.grpc_reflection, v); }},
     {"default-quota", "GPUBROKER_DEFAULT_QUOTA", "default_quota", "SIZE", "unlimited",
      "Byte quota of a tenant that the config file does not list.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
@@ -256,6 +283,7 @@ absl::Status ApplyConfigYaml(const std::string& yaml_text, const std::string& or
       if (auto s = spec->apply(options, value); !s.ok()) {
         return Annotate(s, StrCat(origin, ": ", key));
       }
+      options.given[std::string(spec->flag)] = value;
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(StrCat(origin, ": ", e.what()));
@@ -281,6 +309,18 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
       out.show_markdown = true;
       continue;
     }
+    if (arg == "--check-config" || arg.starts_with("--check-config=")) {
+      std::string file;
+      if (arg.starts_with("--check-config=")) {
+        file = std::string(arg.substr(std::string_view("--check-config=").size()));
+      } else if (i + 1 < argc) {
+        file = argv[++i];
+      }
+      if (file.empty()) return absl::InvalidArgumentError("--check-config needs a FILE");
+      out.check_config = true;
+      flags.emplace_back(FindByFlag("config"), std::move(file));
+      continue;
+    }
     if (!arg.starts_with("--")) {
       return absl::InvalidArgumentError(StrCat("unexpected argument '", arg, "'"));
     }
@@ -296,7 +336,9 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     if (spec == nullptr) {
       return absl::InvalidArgumentError(StrCat("unknown option --", arg, " (see --help)"));
     }
-    if (!has_value) {
+    if (!has_value && spec->value_name.empty()) {
+      value = "true";
+    } else if (!has_value) {
       if (i + 1 >= argc) {
         return absl::InvalidArgumentError(StrCat("--", arg, " needs a value"));
       }
@@ -324,12 +366,14 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
     const std::string name(spec.env);
     if (const char* e = env(name.c_str()); e != nullptr) {
       if (auto s = spec.apply(out.options, e); !s.ok()) return Annotate(s, name);
+      out.options.given[std::string(spec.flag)] = e;
     }
   }
   for (const auto& [spec, value] : flags) {
     if (auto s = spec->apply(out.options, value); !s.ok()) {
       return Annotate(s, StrCat("--", spec->flag));
     }
+    out.options.given[std::string(spec->flag)] = value;
   }
   if (out.options.socket_dir.empty()) out.options.socket_dir = DefaultSocketDir();
   return out;
@@ -341,11 +385,14 @@ std::string HelpText(std::string_view program) {
       "The gpubroker daemon: lends GPU (or host) memory to processes on this node and\n"
       "lets them share it with no copy.\n\nOptions (flag, environment variable, default):\n");
   for (const auto& o : kOptions) {
-    StrAppend(&out, "  --", o.flag, " ", o.value_name, "\n      ", o.help, "\n      env ", o.env,
-              o.key.empty() ? "" : StrCat(", config key ", o.key), "; default: ", o.default_text,
-              "\n");
+    StrAppend(&out, "  --", o.flag, o.value_name.empty() ? "" : " ", o.value_name, "\n      ",
+              o.help, "\n      env ", o.env, o.key.empty() ? "" : StrCat(", config key ", o.key),
+              "; default: ", o.default_text, "\n");
   }
   StrAppend(&out,
+            "  --check-config FILE\n"
+            "      check FILE (with the environment and the other flags) as the daemon\n"
+            "      would at start or reload, print what it found, and exit: 0 when good\n"
             "  --help          this text\n"
             "  --version       print the version and exit\n"
             "Flags override the environment, which overrides the config file.\n");
@@ -365,9 +412,9 @@ std::string OptionsMarkdown() {
       "| flag | environment | config key | default | meaning |\n"
       "| --- | --- | --- | --- | --- |\n";
   for (const auto& o : kOptions) {
-    StrAppend(&out, "| `--", o.flag, " ", cell(o.value_name), "` | `", o.env, "` | ",
-              o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ", cell(o.default_text), " | ",
-              cell(o.help), " |\n");
+    StrAppend(&out, "| `--", o.flag, o.value_name.empty() ? "" : " ", cell(o.value_name), "` | `",
+              o.env, "` | ", o.key.empty() ? "—" : StrCat("`", o.key, "`"), " | ",
+              cell(o.default_text), " | ", cell(o.help), " |\n");
   }
   return out;
 }

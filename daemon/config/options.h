@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,7 @@ struct DaemonOptions {
   std::string backend = "auto";
   uint64_t host_pool_bytes = uint64_t{1} << 30;
   std::string metrics_address = "127.0.0.1:9464";
+  std::string health_address;  // grpc.health.v1 alone over TCP (kubelet probes); empty: off
   std::string log_level = "info";
   std::string config_file;
   std::string socket_group;
@@ -34,14 +36,18 @@ struct DaemonOptions {
   uint32_t max_grpc_connections_per_uid = 256;
   uint32_t max_buffers_per_tenant = 65536;
   uint32_t max_descriptors_per_tenant = 1024;
+  bool grpc_reflection = false;     // serve grpc.reflection on gpubroker.sock
   std::vector<TenantSpec> tenants;  // config file only
+  // Option flag -> the text that set it, from whichever source won (file,
+  // environment, flag); unset options are absent. A reload compares these.
+  std::map<std::string, std::string> given;
 };
 
 struct OptionSpec {
   std::string_view flag;          // "socket-dir" for --socket-dir
   std::string_view env;           // "GPUBROKER_SOCKET_DIR"
   std::string_view key;           // "socket_dir" in the YAML file; empty: not a file key
-  std::string_view value_name;    // "DIR"
+  std::string_view value_name;    // "DIR"; empty: a switch (--flag alone means true)
   std::string_view default_text;  // for people
   std::string_view help;
   absl::Status (*apply)(DaemonOptions& options, std::string_view value);
@@ -58,11 +64,12 @@ struct ParsedCommandLine {
   bool show_help = false;
   bool show_version = false;
   bool show_markdown = false;  // --help-markdown: the option table as Markdown
+  bool check_config = false;   // --check-config FILE: validate and exit
 };
 
-/// Defaults, then the config file (--config or GPUBROKER_CONFIG), then the
-/// environment, then flags: the later wins. INVALID_ARGUMENT with a message
-/// that names the option and the source of the bad value.
+/// Defaults, then the config file (--config or GPUBROKER_CONFIG; --check-config
+/// FILE names it too), then the environment, then flags: the later wins. INVALID_ARGUMENT with a
+/// message that names the option and the source of the bad value.
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* argv,
                                                    const EnvLookup& env);
 

@@ -40,8 +40,6 @@ struct NodeStatus {
   struct Process {
     uint64_t session_connections = 0;  // on session.sock, Hello said or not
     uint64_t grpc_connections = 0;
-    int64_t open_descriptors = -1;    // -1: unknown
-    uint64_t descriptor_limit = 0;    // RLIMIT_NOFILE (soft)
     uint64_t client_descriptors = 0;  // charged to the descriptor budget
   };
 

@@ -3,18 +3,22 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "daemon/core/registry_internal.h"
 #include "daemon/core/tensor.h"
 
 namespace gpubroker {
-namespace {
 
-std::string TokenKey(const Token& t) { return std::string(t.begin(), t.end()); }
+using registry_internal::SessionEnded;
+using registry_internal::ShuttingDown;
+
+namespace {
 
 std::string BackingName(ImportKind kind) {
   switch (kind) {
@@ -32,9 +36,6 @@ std::string BackingName(ImportKind kind) {
   return "unknown";
 }
 
-absl::Status ShuttingDown() { return absl::UnavailableError("gpubrokerd is shutting down"); }
-absl::Status SessionEnded() { return absl::UnauthenticatedError("session has ended"); }
-
 // Unix ms at which a TTL that starts at `now` passes, without signed overflow
 // (ttl_ms is at most kMaxTtlMs, checked before this is called).
 int64_t ExpiryTime(int64_t now, uint64_t ttl_ms) {
@@ -50,97 +51,6 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
 std::string BufferKey::ToString() const {
   return id != 0 ? StrCat("id ", id) : StrCat("'", name, "'");
-}
-
-Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, TenantLimits limits)
-    : backend_(backend),
-      tenants_(std::move(tenants)),
-      clock_(std::move(clock)),
-      books_(tenants_, limits) {}
-
-Registry::~Registry() { ReleaseAll(); }
-
-int64_t Registry::Now() const {
-  if (clock_) return clock_();
-  return absl::ToUnixMillis(absl::Now());
-}
-
-// Sessions -----------------------------------------------------------------
-
-absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
-                                                  std::string client_name) {
-  SessionView view;
-  view.peer = peer;
-  view.tenant = tenants_.TenantFor(peer.uid, peer.gid);
-  view.token = RandomToken();
-  view.client_name = std::move(client_name);
-  view.admin = tenants_.IsAdmin(peer);
-  absl::MutexLock lock(&mu_);
-  if (shutting_down_) return ShuttingDown();
-  view.id = next_session_++;
-  by_token_[TokenKey(view.token)] = view.id;
-  sessions_[view.id] = Session{view, {}, {}};
-  books_.SessionOpened(view.tenant);
-  return view;
-}
-
-SessionEndReport Registry::EndSession(SessionId id) {
-  SessionEndReport report;
-  Graveyard dead;  // destroyed after the lock is released
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return report;
-  Session session = std::move(it->second);
-  sessions_.erase(it);
-  by_token_.erase(TokenKey(session.view.token));
-  books_.SessionEnded(session.view.tenant);
-  report.session = session.view;
-
-  std::vector<BufferId> touched;
-  for (const auto& [buffer_id, count] : session.leases) {
-    auto b = buffers_.find(buffer_id);
-    if (b == buffers_.end()) continue;
-    b->second.view.leases -= count;
-    report.leases_dropped += count;
-    touched.push_back(buffer_id);
-  }
-  for (BufferId buffer_id : session.owned) {
-    auto b = buffers_.find(buffer_id);
-    if (b == buffers_.end()) continue;
-    b->second.view.owner_session = 0;
-    if (!b->second.view.keep && !b->second.freed) {
-      MarkFreed(b->second);
-      report.buffers_freed++;
-    }
-    touched.push_back(buffer_id);
-  }
-  for (BufferId buffer_id : touched) {
-    const uint64_t bytes = MaybeDestroy(buffer_id, dead);
-    if (bytes > 0) {
-      report.reclaimed_bytes += bytes;
-      report.buffers_destroyed++;
-    }
-  }
-  return report;
-}
-
-absl::StatusOr<SessionView> Registry::Authenticate(const Token& token) const {
-  absl::ReaderMutexLock lock(&mu_);
-  auto it = by_token_.find(TokenKey(token));
-  if (it == by_token_.end()) return absl::UnauthenticatedError("unknown session token");
-  return sessions_.at(it->second).view;
-}
-
-Registry::Session* Registry::FindSession(SessionId id) {
-  auto it = sessions_.find(id);
-  return it == sessions_.end() ? nullptr : &it->second;
-}
-
-absl::StatusOr<Registry::Session*> Registry::LiveSession(SessionId id) {
-  if (shutting_down_) return ShuttingDown();
-  Session* s = FindSession(id);
-  if (s == nullptr) return SessionEnded();
-  return s;
 }
 
 // Buffers ------------------------------------------------------------------
@@ -513,6 +423,22 @@ std::optional<int64_t> Registry::NextExpiry() const {
   return expiries_.begin()->first;
 }
 
+std::shared_ptr<const TenantDirectory> Registry::tenants() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return tenants_;
+}
+
+void Registry::ReplaceTenants(TenantDirectory tenants) {
+  auto fresh = std::make_shared<const TenantDirectory>(std::move(tenants));
+  std::shared_ptr<const TenantDirectory> old;
+  {
+    absl::MutexLock lock(&mu_);
+    books_.SetDirectory(fresh);
+    old = std::exchange(tenants_, std::move(fresh));
+  }
+  // `old` is destroyed here, outside the lock.
+}
+
 void Registry::AddBooksTo(NodeStatus& status) const {
   absl::ReaderMutexLock lock(&mu_);
   status.sessions = static_cast<uint32_t>(sessions_.size());
@@ -531,37 +457,6 @@ void Registry::AddBooksTo(NodeStatus& status) const {
   std::sort(status.cells.begin(), status.cells.end(), [](const auto& a, const auto& b) {
     return std::tie(a.device, a.tenant) < std::tie(b.device, b.tenant);
   });
-}
-
-void Registry::BeginShutdown() {
-  absl::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  changed_.SignalAll();
-}
-
-bool Registry::shutting_down() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return shutting_down_;
-}
-
-uint64_t Registry::ReleaseAll() {
-  Graveyard dead;
-  uint64_t bytes = 0;
-  absl::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  for (auto& [id, b] : buffers_) {
-    bytes += b.view.reserved_size;
-    books_.ReleaseBuffer(b.view.tenant, b.view.reserved_size, b.owns_descriptor);
-    dead.push_back(std::move(b.memory));
-  }
-  buffers_.clear();
-  names_.Clear();
-  expiries_.clear();
-  sessions_.clear();
-  by_token_.clear();
-  books_.Clear();
-  changed_.SignalAll();
-  return bytes;
 }
 
 }  // namespace gpubroker

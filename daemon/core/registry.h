@@ -163,7 +163,14 @@ class Registry {
   /// Fills in the books' part of the node's status: sessions, buffers,
   /// tenants, and buffers per device and tenant (NodeStatusCollector adds the devices).
   void AddBooksTo(NodeStatus& status) const;
-  const TenantDirectory& tenants() const { return tenants_; }
+  /// The tenant directory in force.
+  std::shared_ptr<const TenantDirectory> tenants() const;
+  /// Puts a new tenant directory in force (a config reload). Sessions keep the
+  /// tenant they were opened as and buffers keep theirs; new sessions map
+  /// through `tenants`, and every allocation from now on is held to its quotas
+  /// (a quota lowered under a tenant's use refuses its next allocations but
+  /// takes nothing back).
+  void ReplaceTenants(TenantDirectory tenants);
   Backend& backend() { return backend_; }
   const Backend& backend() const { return backend_; }
 
@@ -213,7 +220,6 @@ class Registry {
   uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend& backend_;
-  const TenantDirectory tenants_;
   const Clock clock_;
 
   mutable absl::Mutex mu_;
@@ -225,6 +231,7 @@ class Registry {
   absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
   NameTable names_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const TenantDirectory> tenants_ ABSL_GUARDED_BY(mu_);
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
 };

@@ -14,7 +14,7 @@ void TenantBooks::SessionEnded(const std::string& tenant) { usage_[tenant].sessi
 absl::Status TenantBooks::ReserveBuffer(const std::string& tenant, uint64_t bytes,
                                         bool owns_descriptor) {
   Usage& u = usage_[tenant];
-  const uint64_t quota = directory_.QuotaFor(tenant);
+  const uint64_t quota = directory_->QuotaFor(tenant);
   if (quota != 0 && u.bytes + bytes > quota) {
     const uint64_t left = quota > u.bytes ? quota - u.bytes : 0;
     return QuotaRefusal(StrCat("tenant '", tenant, "' over quota: requested ", bytes, " bytes, ",
@@ -62,11 +62,11 @@ void TenantBooks::ReleaseBuffer(const std::string& tenant, uint64_t bytes, bool 
 std::vector<NodeStatus::Tenant> TenantBooks::Tally() const {
   std::vector<NodeStatus::Tenant> out;
   for (const auto& [name, u] : usage_) {
-    const uint64_t quota = directory_.QuotaFor(name);
+    const uint64_t quota = directory_->QuotaFor(name);
     if (u.sessions == 0 && u.buffers == 0 && quota == 0) continue;
     out.push_back({name, quota, u.bytes, u.buffers, u.sessions});
   }
-  for (const auto& spec : directory_.configured()) {
+  for (const auto& spec : directory_->configured()) {
     if (!usage_.contains(spec.name)) out.push_back({spec.name, spec.quota_bytes, 0, 0, 0});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });

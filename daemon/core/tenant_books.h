@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,13 @@ struct TenantLimits {
 /// guards it.
 class TenantBooks {
  public:
-  TenantBooks(const TenantDirectory& directory, TenantLimits limits)
-      : directory_(directory), limits_(limits) {}
+  TenantBooks(std::shared_ptr<const TenantDirectory> directory, TenantLimits limits)
+      : directory_(std::move(directory)), limits_(limits) {}
+
+  /// The directory whose quotas hold from now on (a config reload).
+  void SetDirectory(std::shared_ptr<const TenantDirectory> directory) {
+    directory_ = std::move(directory);
+  }
 
   void SessionOpened(const std::string& tenant);
   void SessionEnded(const std::string& tenant);
@@ -60,7 +66,7 @@ class TenantBooks {
     uint32_t sessions = 0;
   };
 
-  const TenantDirectory& directory_;
+  std::shared_ptr<const TenantDirectory> directory_;
   const TenantLimits limits_;
   absl::flat_hash_map<std::string, Usage> usage_;
 };

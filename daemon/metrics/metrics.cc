@@ -1,7 +1,11 @@
 #include "daemon/metrics/metrics.h"
 
+#include <deque>
+#include <iterator>
+
 #include "common/refusal.h"
 #include "common/version.h"
+#include "daemon/metrics/process_metrics.h"
 #include "prometheus/metric_family.h"
 
 namespace gpubroker {
@@ -16,10 +20,12 @@ class Metrics::StateCollector final : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const NodeStatus s = status_.Collect();
-    std::vector<MetricFamily> out;
+    // A deque: the references that gauge() hands out stay valid as families
+    // are added (a vector's would dangle once it grows).
+    std::deque<MetricFamily> families;
     auto gauge = [&](const char* name, const char* help) -> MetricFamily& {
-      out.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
-      return out.back();
+      families.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
+      return families.back();
     };
     auto add = [](MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
       ClientMetric m;
@@ -34,12 +40,8 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     auto& connections = gauge("gpubroker_connections", "Client connections open now, by socket.");
     add(connections, {{"socket", "session"}}, static_cast<double>(s.process.session_connections));
     add(connections, {{"socket", "grpc"}}, static_cast<double>(s.process.grpc_connections));
-    if (s.process.open_descriptors >= 0) {
-      add(gauge("gpubroker_open_descriptors", "Descriptors the daemon holds open now."), {},
-          static_cast<double>(s.process.open_descriptors));
-    }
-    add(gauge("gpubroker_descriptor_limit", "The daemon's limit on open descriptors."), {},
-        static_cast<double>(s.process.descriptor_limit));
+    // The daemon's open descriptors and their limit are process_open_fds and
+    // process_max_fds; this is the part of them that clients make it hold.
     add(gauge("gpubroker_client_descriptors",
               "Descriptors held for clients: connections and buffers with a descriptor of "
               "their own."),
@@ -66,11 +68,19 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
       add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
-    auto& quota = gauge("gpubroker_tenant_quota_bytes", "Byte quota per tenant (0: unlimited).");
+    // An unlimited quota has no series: usage / quota then matches nothing,
+    // where a 0 would make every ratio +Inf and fire every quota alert.
+    auto& quota = gauge("gpubroker_tenant_quota_bytes",
+                        "Byte quota per tenant; a tenant without a quota has no series.");
+    auto& tenant_used =
+        gauge("gpubroker_tenant_used_bytes", "Bytes a tenant holds, as counted against its quota.");
+    auto& tenant_sessions = gauge("gpubroker_tenant_sessions", "Sessions open now, by tenant.");
     for (const auto& t : s.tenants) {
-      add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
+      if (t.quota_bytes != 0) add(quota, {{"tenant", t.name}}, static_cast<double>(t.quota_bytes));
+      add(tenant_used, {{"tenant", t.name}}, static_cast<double>(t.used_bytes));
+      add(tenant_sessions, {{"tenant", t.name}}, t.sessions);
     }
-    return out;
+    return {std::make_move_iterator(families.begin()), std::make_move_iterator(families.end())};
   }
 
  private:
@@ -80,6 +90,7 @@ class Metrics::StateCollector final : public prometheus::Collectable {
 Metrics::Metrics(const NodeStatusCollector& status)
     : registry_(std::make_shared<prometheus::Registry>()),
       state_(std::make_shared<StateCollector>(status)),
+      process_(std::make_shared<ProcessCollector>()),
       allocations_(prometheus::BuildCounter()
                        .Name("gpubroker_allocations_total")
                        .Help("Allocate calls by result.")
@@ -88,15 +99,17 @@ Metrics::Metrics(const NodeStatusCollector& status)
                  .Name("gpubroker_opens_total")
                  .Help("Open calls by result.")
                  .Register(*registry_)),
-      sessions_total_(prometheus::BuildCounter()
-                          .Name("gpubroker_sessions_total")
+      // Not "gpubroker_sessions_total": to OpenMetrics that counter is the
+      // family "gpubroker_sessions", the gauge's name.
+      sessions_ended_(prometheus::BuildCounter()
+                          .Name("gpubroker_sessions_ended_total")
                           .Help("Ended sessions by how they ended: closed (said goodbye) or died.")
                           .Register(*registry_)),
       reclaimed_(prometheus::BuildCounter()
                      .Name("gpubroker_reclaimed_bytes_total")
-                     .Help("Bytes given back because a session ended or a TTL passed.")
-                     .Register(*registry_)
-                     .Add({})),
+                     .Help("Bytes given back without a Free, by cause: the owner's session died "
+                           "or closed with them, or their TTL passed.")
+                     .Register(*registry_)),
       allocation_seconds_(
           prometheus::BuildHistogram()
               .Name("gpubroker_allocation_duration_seconds")
@@ -105,13 +118,16 @@ Metrics::Metrics(const NodeStatusCollector& status)
               .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
                                                                5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                2.5e-3, 5e-3, 1e-2, 0.1, 1})),
-      sessions_closed_(sessions_total_.Add({{"end", "closed"}})),
-      sessions_died_(sessions_total_.Add({{"end", "died"}})),
+      sessions_closed_(sessions_ended_.Add({{"end", "closed"}})),
+      sessions_died_(sessions_ended_.Add({{"end", "died"}})),
       sessions_started_(prometheus::BuildCounter()
                             .Name("gpubroker_sessions_started_total")
                             .Help("Sessions opened since the daemon started.")
                             .Register(*registry_)
-                            .Add({})) {
+                            .Add({})),
+      reclaimed_died_(reclaimed_.Add({{"cause", "died"}})),
+      reclaimed_closed_(reclaimed_.Add({{"cause", "closed"}})),
+      reclaimed_ttl_(reclaimed_.Add({{"cause", "ttl"}})) {
   auto& turned_away = prometheus::BuildCounter()
                           .Name("gpubroker_connections_refused_total")
                           .Help(
@@ -137,7 +153,7 @@ Metrics::Metrics(const NodeStatusCollector& status)
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() const {
-  return {registry_, state_};
+  return {registry_, state_, process_};
 }
 
 std::string_view Metrics::AllocationResult(const absl::Status& status) {
@@ -187,7 +203,12 @@ void Metrics::Allocation(std::string_view result, double seconds) {
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 
-void Metrics::Reclaimed(uint64_t bytes) { reclaimed_.Increment(static_cast<double>(bytes)); }
+void Metrics::Reclaimed(uint64_t bytes, ReclaimCause cause) {
+  prometheus::Counter& counter = cause == ReclaimCause::kDied     ? reclaimed_died_
+                                 : cause == ReclaimCause::kClosed ? reclaimed_closed_
+                                                                  : reclaimed_ttl_;
+  counter.Increment(static_cast<double>(bytes));
+}
 
 void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
 

@@ -17,15 +17,23 @@
 
 namespace gpubroker {
 
+/// Why memory was given back without a Free: the owner's session died or
+/// closed with buffers it had not freed, or a TTL passed.
+enum class ReclaimCause { kDied, kClosed, kTtl };
+
 /// Every metric of the daemon, built once here. Names follow Prometheus
 /// conventions (base units, _total on counters); no pid or buffer id labels.
+/// No two families' names collide once a client library adds its suffixes
+/// (a counter "x_total" is family "x" to OpenMetrics), and a value that has no
+/// finite number (an unlimited quota or rlimit) has no series.
 class Metrics {
  public:
   /// Gauges are read off `status` when Prometheus scrapes, rather than kept in
   /// step with the registry and the backend.
   explicit Metrics(const NodeStatusCollector& status);
 
-  /// What an exposer serves: the counters and histograms, and the gauges.
+  /// What an exposer serves: the counters and histograms, the gauges, and
+  /// the daemon's process_* metrics.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
   /// The socket a connection came to.
@@ -39,7 +47,7 @@ class Metrics {
   /// result: ok, quota, out_of_memory, limit, unavailable, invalid (any other refusal).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
-  void Reclaimed(uint64_t bytes);
+  void Reclaimed(uint64_t bytes, ReclaimCause cause);
   void SessionEnded(bool clean);
   void SessionStarted();
   void ConnectionRefused(Socket socket, TurnedAway why);
@@ -55,14 +63,18 @@ class Metrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StateCollector> state_;
+  std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Family<prometheus::Counter>& allocations_;
   prometheus::Family<prometheus::Counter>& opens_;
-  prometheus::Family<prometheus::Counter>& sessions_total_;
-  prometheus::Counter& reclaimed_;
+  prometheus::Family<prometheus::Counter>& sessions_ended_;
+  prometheus::Family<prometheus::Counter>& reclaimed_;
   prometheus::Histogram& allocation_seconds_;
   prometheus::Counter& sessions_closed_;
   prometheus::Counter& sessions_died_;
   prometheus::Counter& sessions_started_;
+  prometheus::Counter& reclaimed_died_;
+  prometheus::Counter& reclaimed_closed_;
+  prometheus::Counter& reclaimed_ttl_;
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;

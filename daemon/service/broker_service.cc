@@ -1,6 +1,7 @@
 #include "daemon/service/broker_service.h"
 
 #include <chrono>
+#include <optional>
 
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -95,9 +96,18 @@ grpc::Status BrokerService::List(grpc::ServerContext* ctx, const v1::ListRequest
 
 grpc::Status BrokerService::Status(grpc::ServerContext* ctx, const v1::StatusRequest* /*req*/,
                                    v1::StatusResponse* resp) {
-  auto session = Authenticate(*ctx);
-  if (!session.ok()) return ToGrpcStatus(calls_.Refuse("Status", nullptr, session.status()));
-  ToProto(status_.Collect(), facts_, *session, resp);
+  // Without a token: the node's totals only (what /metrics shows too), so that
+  // a probe or a client in any language can see the daemon before, or
+  // without, opening a session. A token that is present must be valid.
+  std::optional<SessionView> session;
+  if (ctx->client_metadata().count(kTokenMetadataKey) > 0) {
+    auto s = Authenticate(*ctx);
+    if (!s.ok()) return ToGrpcStatus(calls_.Refuse("Status", nullptr, s.status()));
+    session = std::move(*s);
+  } else if (registry_.shutting_down()) {
+    return ToGrpcStatus(absl::UnavailableError("gpubrokerd is shutting down"));
+  }
+  ToProto(status_.Collect(), facts_, session ? &*session : nullptr, resp);
   return grpc::Status::OK;
 }
 

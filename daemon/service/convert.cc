@@ -119,7 +119,7 @@ void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* ou
   out->set_device_uuid(grant.device_uuid);
 }
 
-void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView& self,
+void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView* self,
              v1::StatusResponse* out) {
   out->set_version(kVersion);
   out->set_backend(status.backend);
@@ -137,10 +137,16 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_compute_capability(d.info.compute_capability);
     o->set_buffers(d.buffers);
   }
+  out->set_sessions(status.sessions);
+  out->set_buffers(status.buffers);
+  out->set_metrics_address(facts.metrics_address);
+  out->set_socket_dir(facts.socket_dir);
+  out->set_started_unix_ms(facts.started_unix_ms);
+  if (self == nullptr) return;  // the node's totals only
   // Other tenants' names and holdings are theirs to know (and an admin's).
-  out->set_all_tenants(self.admin);
+  out->set_all_tenants(self->admin);
   for (const NodeStatus::Tenant& t : status.tenants) {
-    if (!self.admin && t.name != self.tenant) continue;
+    if (!self->admin && t.name != self->tenant) continue;
     auto* o = out->add_tenants();
     o->set_name(t.name);
     o->set_quota_bytes(t.quota_bytes);
@@ -148,18 +154,13 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_buffers(t.buffers);
     o->set_sessions(t.sessions);
   }
-  out->set_sessions(status.sessions);
-  out->set_buffers(status.buffers);
-  out->set_metrics_address(facts.metrics_address);
-  out->set_socket_dir(facts.socket_dir);
-  out->set_started_unix_ms(facts.started_unix_ms);
   auto* me = out->mutable_self();
-  me->set_session_id(self.id);
-  me->set_tenant(self.tenant);
-  me->set_pid(self.peer.pid);
-  me->set_uid(self.peer.uid);
-  me->set_gid(self.peer.gid);
-  me->set_admin(self.admin);
+  me->set_session_id(self->id);
+  me->set_tenant(self->tenant);
+  me->set_pid(self->peer.pid);
+  me->set_uid(self->peer.uid);
+  me->set_gid(self->peer.gid);
+  me->set_admin(self->admin);
 }
 
 void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out) {

@@ -28,7 +28,7 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out);
 /// What travels with a descriptor, answering `request`.
 void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* out);
 /// The node's state, and who asks, as the Status call answers it.
-void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView& self,
+void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView* self,
              v1::StatusResponse* out);
 /// The answer to Hello: the session, the daemon, and where the quick calls end.
 void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out);

@@ -452,7 +452,9 @@ void SessionServer::EndSession(Connection& c, bool clean) {
   const SessionEndReport r = registry_.EndSession(c.session);
   c.session = 0;
   metrics_.SessionEnded(clean);
-  if (r.reclaimed_bytes > 0) metrics_.Reclaimed(r.reclaimed_bytes);
+  if (r.reclaimed_bytes > 0) {
+    metrics_.Reclaimed(r.reclaimed_bytes, clean ? ReclaimCause::kClosed : ReclaimCause::kDied);
+  }
   spdlog::info("session {} {}: {} tenant '{}', {} leases dropped", r.session.id,
                clean ? "closed" : "died", Describe(r.session.peer), r.session.tenant,
                r.leases_dropped);

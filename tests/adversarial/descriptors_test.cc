@@ -113,9 +113,9 @@ TEST(Descriptors, OneByteSharedBuffersAreCappedPerTenant) {
 }
 
 TEST(Descriptors, TheSoftLimitIsRaisedToTheHardLimit) {
-  Daemon daemon({}, "", {"/usr/bin/prlimit", "--nofile=1024:4096", "--"});
+  Daemon daemon({}, "", {}, {"/usr/bin/prlimit", "--nofile=1024:4096", "--"});
   ASSERT_TRUE(daemon.ok());
-  EXPECT_EQ(daemon.Metric("gpubroker_descriptor_limit"), 4096);
+  EXPECT_EQ(daemon.Metric("process_max_fds"), 4096);
   std::ifstream limits("/proc/" + std::to_string(daemon.pid()) + "/limits");
   std::string line;
   bool seen = false;
@@ -125,7 +125,7 @@ TEST(Descriptors, TheSoftLimitIsRaisedToTheHardLimit) {
     EXPECT_NE(line.find("4096                 4096"), std::string::npos) << line;
   }
   EXPECT_TRUE(seen);
-  EXPECT_GT(daemon.Metric("gpubroker_open_descriptors"), 0);
+  EXPECT_GT(daemon.Metric("process_open_fds"), 0);
 }
 
 // The descriptors that nothing charges (a tenant's arena is one) can still
@@ -139,7 +139,7 @@ TEST(Descriptors, ExhaustionIsShedWithoutSpinningAndBothSocketsServeAgain) {
                   "through a pipe) and reports false errors in a process that has none left";
 #endif
   constexpr int kLimit = 96;
-  Daemon daemon({}, "",
+  Daemon daemon({}, "", {},
                 {"/usr/bin/prlimit",
                  "--nofile=" + std::to_string(kLimit) + ":" + std::to_string(kLimit), "--"});
   ASSERT_TRUE(daemon.ok());

@@ -23,9 +23,9 @@ TEST(Names, AnotherTenantCannotSquatSpoofOrProbeNames) {
   if (!CanSwitchUsers()) GTEST_SKIP() << "needs root to run clients as other users";
   Daemon daemon({}, kTenants);
   ASSERT_TRUE(daemon.ok());
-  Helper squatter(daemon.socket_dir(), 60042);   // green
-  Helper producer(daemon.socket_dir(), 60041);   // blue
-  Helper consumer(daemon.socket_dir(), 60043);   // blue too
+  Helper squatter(daemon.socket_dir(), 60042);  // green
+  Helper producer(daemon.socket_dir(), 60041);  // blue
+  Helper consumer(daemon.socket_dir(), 60043);  // blue too
 
   // Green takes the name blue's pipeline will use, shares it with blue, seals it.
   squatter.Ok("alloc fake 4096 name=camera0.frame share=blue");

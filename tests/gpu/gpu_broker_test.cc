@@ -22,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr const char* kReclaimedDied = "gpubroker_reclaimed_bytes_total{cause=\"died\"}";
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 std::string GpuProblem() {
@@ -65,6 +66,35 @@ class GpuPath : public ::testing::TestWithParam<std::string> {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The CUDA paths say why they refuse, over both sockets: a full device is
+// out of memory (small buffers on session.sock, a share through gRPC and
+// VMM), a tenant's quota is a quota.
+TEST_P(GpuPath, RefusalsSayWhyOverBothSockets) {
+  SKIP_WITHOUT_GPU();
+  {
+    Daemon daemon(Args({"--pool-bytes", "256MiB"}));
+    ASSERT_TRUE(daemon.ok()) << daemon.log();
+    Helper h(daemon.socket_dir());
+    h.Ok("alloc x " + std::to_string(200 * kMiB));
+    const std::string small = h.Send("alloc y " + std::to_string(100 * kMiB));
+    EXPECT_EQ(small.rfind("err RESOURCE_EXHAUSTED/out_of_memory", 0), 0u) << small;
+    const std::string shared = h.Send("alloc z " + std::to_string(100 * kMiB) + " share=other");
+    EXPECT_EQ(shared.rfind("err RESOURCE_EXHAUSTED/out_of_memory", 0), 0u) << shared;
+    EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"out_of_memory\"}"), 2);
+    h.Ok("release x");
+    h.Ok("alloc y " + std::to_string(100 * kMiB));
+  }
+  Daemon daemon(Args({"--default-quota", "64MiB"}));
+  ASSERT_TRUE(daemon.ok()) << daemon.log();
+  Helper h(daemon.socket_dir());
+  h.Ok("alloc x " + std::to_string(48 * kMiB));
+  const std::string small = h.Send("alloc y " + std::to_string(32 * kMiB));
+  EXPECT_EQ(small.rfind("err RESOURCE_EXHAUSTED/quota", 0), 0u) << small;
+  const std::string shared = h.Send("alloc z " + std::to_string(32 * kMiB) + " share=other");
+  EXPECT_EQ(shared.rfind("err RESOURCE_EXHAUSTED/quota", 0), 0u) << shared;
+  EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"quota\"}"), 2);
 }
 
 TEST(Gpu, DaemonServesTheGpusByUuid) {
@@ -166,16 +196,15 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
   const auto before = Device0(observer);
   const uint64_t all = before["used_bytes"].get<uint64_t>() - base;
   EXPECT_GE(all, (64 + 512 + 32 + 16 + 8) * kMiB);
-  const double reclaimed0 = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed0 = daemon.Metric(kReclaimedDied);
 
   owner.Kill9();
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 3; }));
   // The session leaves the books first; its memory and the reclaim counter follow.
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_reclaimed_bytes_total") > reclaimed0; }));
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric(kReclaimedDied) > reclaimed0; }));
   // Gone: the owner's pool and VMM buffers. Kept: the shared one (importer's lease).
   const uint64_t after_owner = Device0(observer)["used_bytes"].get<uint64_t>() - base;
-  const double reclaimed1 = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed1 = daemon.Metric(kReclaimedDied);
   EXPECT_EQ(all - after_owner, static_cast<uint64_t>(reclaimed1 - reclaimed0));
   EXPECT_GE(all - after_owner, (64 + 512) * kMiB);
   EXPECT_LT(all - after_owner, (64 + 512 + 32) * kMiB);
@@ -186,10 +215,9 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 2; }));
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_reclaimed_bytes_total") > reclaimed1; }));
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric(kReclaimedDied) > reclaimed1; }));
   const uint64_t after_importer = Device0(observer)["used_bytes"].get<uint64_t>() - base;
-  const double reclaimed2 = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed2 = daemon.Metric(kReclaimedDied);
   EXPECT_EQ(after_owner - after_importer, static_cast<uint64_t>(reclaimed2 - reclaimed1));
   EXPECT_GE(after_owner - after_importer, (32 + 8) * kMiB);
   EXPECT_EQ(bystander.Send("check c 4"), "ok");

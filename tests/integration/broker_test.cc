@@ -103,7 +103,7 @@ TEST(Broker, QuotaExceededNamesTenantRequestAndWhatIsLeft) {
   Helper a(daemon.socket_dir());
   a.Ok("alloc x 786432");
   const std::string reply = a.Send("alloc y 524288");
-  EXPECT_EQ(reply.rfind("err RESOURCE_EXHAUSTED", 0), 0u) << reply;
+  EXPECT_EQ(reply.rfind("err RESOURCE_EXHAUSTED/quota ", 0), 0u) << reply;
   EXPECT_NE(reply.find("tenant 'uid-"), std::string::npos) << reply;
   EXPECT_NE(reply.find("524288"), std::string::npos) << reply;
   EXPECT_NE(reply.find("262144 left"), std::string::npos) << reply;

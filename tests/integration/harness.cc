@@ -7,10 +7,12 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +41,50 @@ std::string BinDir() {
 }
 
 bool IsRoot() { return ::geteuid() == 0; }
+
+std::string SourceDir() {
+  // A bundle that runs elsewhere says where its copy of the tree is.
+  const char* dir = std::getenv("GPUBROKER_SOURCE_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : GPUBROKER_SOURCE_DIR;
+}
+
+std::string FindProgram(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input,
+                         std::chrono::milliseconds timeout) {
+  TempDir dir;
+  const std::string err_path = dir.path() + "/stderr";
+  Process p = Process::Spawn(argv, err_path);
+  // The programs run here read all their input before they print; one that
+  // exits without reading makes the write fail (EPIPE), not kill the test.
+  ::signal(SIGPIPE, SIG_IGN);
+  if (!input.empty()) p.WriteLine(input);
+  p.CloseStdin();
+  CommandResult r;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (auto line = p.ReadLine(std::chrono::duration_cast<std::chrono::milliseconds>(
+             deadline - std::chrono::steady_clock::now()))) {
+    r.out += *line + "\n";
+  }
+  r.exit_code = p.Wait(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
+      deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{})));
+  if (r.exit_code == -1) p.Signal(SIGKILL);
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  r.err = text.str();
+  r.output = r.out + r.err;
+  return r;
+}
 
 TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "gpubroker-test-XXXXXX").string();
@@ -86,13 +132,27 @@ Process& Process::operator=(Process&& o) noexcept {
   return *this;
 }
 
-Process Process::Spawn(const std::vector<std::string>& argv, const std::string& stderr_path) {
+Process Process::Spawn(const std::vector<std::string>& argv, const std::string& stderr_path,
+                       const std::vector<std::string>& env) {
   int in[2], out[2];
   EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's environment is built before fork: after it, only exec.
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& x : env) replaced = replaced || x.substr(0, x.find('=')) == name;
+    if (!replaced) environment.push_back(entry);
+  }
+  environment.insert(environment.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int err_fd = -1;
   if (!stderr_path.empty()) {
     err_fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -103,7 +163,7 @@ Process Process::Spawn(const std::vector<std::string>& argv, const std::string& 
     ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     if (err_fd >= 0) ::dup2(err_fd, 2);
-    ::execv(args[0], args.data());
+    ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
   ::close(in[0]);
@@ -185,19 +245,19 @@ int Process::Wait(std::chrono::milliseconds timeout) {
 // Daemon -----------------------------------------------------------------------
 
 Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml,
-               std::vector<std::string> launcher) {
+               const std::vector<std::string>& env, std::vector<std::string> launcher) {
   std::vector<std::string> argv = std::move(launcher);
   argv.insert(argv.end(), {BinDir() + "/gpubrokerd", "--socket-dir", dir_.path(),
                            "--metrics-address", "127.0.0.1:0", "--hello-timeout", "300ms",
                            "--backend", "host", "--host-pool-bytes", "256MiB"});
   if (!config_yaml.empty()) {
-    const std::string path = dir_.path() + "/gpubroker.yaml";
+    const std::string path = config_path();
     std::ofstream(path) << config_yaml;
     argv.push_back("--config");
     argv.push_back(path);
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  process_ = Process::Spawn(argv, dir_.path() + "/gpubrokerd.log");
+  process_ = Process::Spawn(argv, dir_.path() + "/gpubrokerd.log", env);
   auto line = process_.ReadLine(std::chrono::seconds(20));
   if (!line) {
     ADD_FAILURE() << "gpubrokerd printed no start line; log:\n" << log();
@@ -231,6 +291,8 @@ int Daemon::Stop() {
   return process_.Wait(std::chrono::seconds(20));
 }
 
+void Daemon::Signal(int sig) const { ::kill(process_.pid(), sig); }
+
 void Daemon::Kill() {
   stopped_ = true;
   process_.Signal(SIGKILL);
@@ -263,6 +325,12 @@ Helper::Helper(const std::string& socket_dir, int uid) {
     argv.push_back("--uid");
     argv.push_back(std::to_string(uid));
   }
+  Start(argv);
+}
+
+Helper::Helper(const std::vector<std::string>& argv) { Start(argv); }
+
+void Helper::Start(const std::vector<std::string>& argv) {
   process_ = Process::Spawn(argv);
   auto line = process_.ReadLine(std::chrono::seconds(20));
   ok_ = line && line->rfind("ok ready", 0) == 0;
@@ -302,6 +370,57 @@ int Helper::Exit() {
   const int code = process_.Wait(std::chrono::seconds(20));
   if (code == -1) process_.Signal(SIGKILL);
   return code;
+}
+
+// NotifySocket, pods -------------------------------------------------------------
+
+NotifySocket::NotifySocket() : path_(dir_.path() + "/notify.sock") {
+  fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+  EXPECT_EQ(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{0, 100000};
+  ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+std::string NotifySocket::WaitFor(const std::string& what, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    char buf[4096];
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+    if (n <= 0) continue;
+    std::string message(buf, static_cast<size_t>(n));
+    seen_.push_back(message);
+    if (message.find(what) != std::string::npos) return message;
+  }
+  return "";
+}
+
+std::string NotifySocket::Seen() const {
+  std::string out;
+  for (const auto& m : seen_) out += "[" + m + "] ";
+  return out;
+}
+
+// What runs inside the new namespaces before the client: the pod's hostPath
+// mount, and the directory's real path hidden under a tmpfs.
+constexpr const char* kPodSetup = R"(set -e
+helper=$1 sock=$2
+mount -t tmpfs tmpfs /run
+mkdir /run/gpubroker
+mount --bind "$sock" /run/gpubroker
+mount -t tmpfs tmpfs "$sock"
+test ! -e "$sock/session.sock"
+exec "$helper" --socket-dir /run/gpubroker
+)";
+
+std::vector<std::string> InPodNamespaces(const std::string& socket_dir) {
+  return {
+      "/usr/bin/unshare", "--pid", "--fork",  "--kill-child", "--mount-proc",
+      "--mount",          "--net", "--ipc",   "--uts",        "--",
+      "/bin/sh",          "-c",    kPodSetup, "sh",           BinDir() + "/gpubroker-test-helper",
+      socket_dir};
 }
 
 // Utilities --------------------------------------------------------------------

@@ -43,7 +43,9 @@ class Process {
   Process& operator=(Process&&) noexcept;
 
   /// fork+exec; stdout is read through ReadLine; stderr goes to `stderr_path` ("" = inherit).
-  static Process Spawn(const std::vector<std::string>& argv, const std::string& stderr_path = "");
+  /// `env`: "NAME=value" entries added to (or replacing in) this process's environment.
+  static Process Spawn(const std::vector<std::string>& argv, const std::string& stderr_path = "",
+                       const std::vector<std::string>& env = {});
 
   pid_t pid() const { return pid_; }
   bool WriteLine(const std::string& line);
@@ -68,10 +70,11 @@ class Process {
 class Daemon {
  public:
   /// Starts and waits for the start line. `config_yaml` (if any) is written to
-  /// a file and passed with --config. `launcher` (e.g. prlimit and its
-  /// arguments) is put before the daemon's command line; it must exec it.
+  /// a file and passed with --config. `env`: as for Process::Spawn.
+  /// `launcher` (e.g. prlimit and its arguments) is put before the daemon's
+  /// command line; it must exec it.
   explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "",
-                  std::vector<std::string> launcher = {});
+                  const std::vector<std::string>& env = {}, std::vector<std::string> launcher = {});
   ~Daemon();
 
   bool ok() const { return ok_; }
@@ -80,6 +83,10 @@ class Daemon {
   const std::string& metrics_address() const { return metrics_address_; }
   pid_t pid() const { return process_.pid(); }
   std::string log() const;
+  /// The --config file (when the daemon was given YAML); rewrite it to test reloads.
+  std::string config_path() const { return dir_.path() + "/gpubroker.yaml"; }
+  /// Sends a signal and leaves the daemon running (SIGHUP: reload).
+  void Signal(int sig) const;
 
   /// SIGTERM and wait; returns the exit code.
   int Stop();
@@ -105,6 +112,9 @@ class Helper {
  public:
   /// Starts it and waits until it has a session. `uid` >= 0: run as that user.
   explicit Helper(const std::string& socket_dir, int uid = -1);
+  /// Starts `argv`: a command line that ends by exec'ing gpubroker-test-helper
+  /// (under unshare, say); waits until it has a session.
+  explicit Helper(const std::vector<std::string>& argv);
   ~Helper();
 
   bool ok() const { return ok_; }
@@ -123,6 +133,8 @@ class Helper {
   int Exit();
 
  private:
+  void Start(const std::vector<std::string>& argv);
+
   Process process_;
   bool ok_ = false;
   bool gone_ = false;
@@ -141,6 +153,32 @@ double CpuSeconds(pid_t pid);
 /// Descriptors a process holds now; -1 when unknown.
 int OpenDescriptors(pid_t pid);
 
+/// The service manager's end of sd_notify: a datagram socket (pass
+/// "NOTIFY_SOCKET=" + path() to the daemon) that collects what the daemon
+/// sends, one message per datagram.
+class NotifySocket {
+ public:
+  NotifySocket();
+  const std::string& path() const { return path_; }
+  /// The next message that contains `what`, skipping others; "" on timeout.
+  std::string WaitFor(const std::string& what,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Everything received so far, for failure messages.
+  std::string Seen() const;
+
+ private:
+  TempDir dir_;
+  std::string path_;
+  UniqueFd fd_;
+  std::vector<std::string> seen_;
+};
+
+/// A command line that runs gpubroker-test-helper as in a pod: under unshare,
+/// in PID, mount, network, IPC and UTS namespaces of its own, with a private
+/// /run where the daemon's socket directory is bind-mounted at
+/// /run/gpubroker and its real path hidden. Needs root.
+std::vector<std::string> InPodNamespaces(const std::string& socket_dir);
+
 /// Polls `pred` until it holds or the timeout passes.
 bool Eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
@@ -149,5 +187,22 @@ bool Eventually(const std::function<bool()>& pred,
 std::string HttpGet(const std::string& address, const std::string& path);
 
 bool IsRoot();
+
+/// The source tree (scripts and files that tests read).
+std::string SourceDir();
+
+/// The full path of `name` on $PATH; "" when there is none.
+std::string FindProgram(const std::string& name);
+
+struct CommandResult {
+  int exit_code = -1;  ///< -1: it did not end in time (it is killed)
+  std::string out;     ///< stdout
+  std::string err;     ///< stderr
+  std::string output;  ///< stdout, then stderr
+};
+
+/// Runs a program to its end with `input` on its stdin.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input = "",
+                         std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace gpubroker::testing

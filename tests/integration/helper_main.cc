@@ -1,6 +1,7 @@
 // gpubroker-test-helper: a real client process for the integration tests.
 // It reads one command per line on stdin and answers one line on stdout:
-// "ok [data]" or "err CODE message". Buffers are kept under test-chosen keys.
+// "ok [data]" or "err CODE message" ("err RESOURCE_EXHAUSTED/quota message"
+// when the refusal says why). Buffers are kept under test-chosen keys.
 //
 //   --socket-dir DIR   the daemon to talk to
 //   --uid UID          become this user before connecting (tests of tenants; needs root)
@@ -256,7 +257,11 @@ int main(int argc, char** argv) {
     try {
       reply = Run(*client, buffers, line);
     } catch (const gpubroker::Error& e) {
-      reply = std::string("err ") + gpubroker::ErrorCodeName(e.code()) + " " + e.message();
+      reply = std::string("err ") + gpubroker::ErrorCodeName(e.code());
+      if (e.reason() != gpubroker::RefusalReason::kNone) {
+        reply += std::string("/") + gpubroker::RefusalReasonName(e.reason());
+      }
+      reply += " " + e.message();
     } catch (const std::exception& e) {
       reply = std::string("err INVALID_ARGUMENT ") + e.what();
     }

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "gpubroker/client.hpp"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -164,8 +164,9 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
         "gpubroker_allocations_total{result=\"out_of_memory\"} 0",
         "gpubroker_allocations_total{result=\"invalid\"} 0",
         "gpubroker_allocation_duration_seconds_bucket", "gpubroker_opens_total{result=\"ok\"} 1",
-        "gpubroker_reclaimed_bytes_total", "gpubroker_sessions_total{end=\"closed\"}",
-        "gpubroker_sessions_total{end=\"died\"}"}) {
+        "gpubroker_reclaimed_bytes_total{cause=\"died\"}",
+        "gpubroker_sessions_ended_total{end=\"closed\"}",
+        "gpubroker_sessions_ended_total{end=\"died\"}"}) {
     EXPECT_NE(body.find(family), std::string::npos) << family << "\n" << body;
   }
   EXPECT_EQ(body.find("pid="), std::string::npos);

@@ -9,6 +9,7 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr int64_t kMiB = 1 << 20;
+constexpr const char* kReclaimedDied = "gpubroker_reclaimed_bytes_total{cause=\"died\"}";
 
 int64_t UsedBytes(Helper& h) {
   return nlohmann::json::parse(h.Ok("status"))["devices"][0]["used_bytes"].get<int64_t>();
@@ -28,17 +29,16 @@ TEST(Reclaim, SigkillOfAnOwnerReclaimsExactlyItsBytes) {
   bystander.Ok("alloc c 2097152 name=bystander.c");
   bystander.Ok("fill c 5");
   ASSERT_EQ(UsedBytes(bystander), 6 * kMiB);
-  const double reclaimed_before = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   victim.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(bystander) == 1; })) << "session not ended";
   // The session leaves the books first; its memory and the reclaim counter follow.
-  ASSERT_TRUE(Eventually([&] {
-    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= 4 * kMiB;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= 4 * kMiB; }));
   EXPECT_EQ(UsedBytes(bystander), 2 * kMiB);
-  EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, 4 * kMiB);
-  EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 1);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, 4 * kMiB);
+  EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 1);
   EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), 2 * kMiB);
   EXPECT_EQ(bystander.Send("check c 5"), "ok") << "the bystander's buffer was touched";
   EXPECT_EQ(bystander.Send("open x victim.a unsealed").rfind("err NOT_FOUND", 0), 0u);
@@ -59,15 +59,14 @@ TEST(Reclaim, SigkillOfAnImporterReclaimsExactlyItsBytes) {
   // The owner frees the shared buffer: its name goes, the importer's lease keeps the memory.
   owner.Ok("release s");
   ASSERT_EQ(UsedBytes(owner), 4 * kMiB);
-  const double reclaimed_before = daemon.Metric("gpubroker_reclaimed_bytes_total");
+  const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(owner) == 1; }));
-  ASSERT_TRUE(Eventually([&] {
-    return daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before >= 3 * kMiB;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= 3 * kMiB; }));
   EXPECT_EQ(UsedBytes(owner), 1 * kMiB);
-  EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total") - reclaimed_before, 3 * kMiB);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, 3 * kMiB);
   EXPECT_EQ(daemon.Metric("gpubroker_allocated_bytes{device=\"host\",tenant=\"uid-" +
                           std::to_string(::geteuid()) + "\"}"),
             1 * kMiB);
@@ -83,9 +82,9 @@ TEST(Reclaim, CleanExitCountsAsClosedNotDied) {
     Helper h(daemon.socket_dir());
     h.Ok("alloc a 4096");
   }
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_sessions_total{end=\"closed\"}") == 1; }));
-  EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return daemon.Metric("gpubroker_sessions_ended_total{end=\"closed\"}") == 1; }));
+  EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 0);
   EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), 0);
 }
 

@@ -12,7 +12,7 @@
 #include "common/unix_socket.h"
 #include "common/wire/frame.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -129,10 +129,34 @@ TEST_F(Robustness, CallsWithoutAValidTokenAreUnauthenticated) {
     grpc::Status s = stub->Allocate(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "token '" << token << "'";
   }
+  for (const char* token : {"", "00000000000000000000000000000000", "not-hex"}) {
+    grpc::ClientContext ctx;
+    if (*token != '\0') ctx.AddMetadata("gpubroker-token", token);
+    v1::ListResponse resp;
+    EXPECT_EQ(stub->List(&ctx, v1::ListRequest(), &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << "token '" << token << "'";
+  }
+  // A token that is given must be valid, for Status too.
+  for (const char* token : {"00000000000000000000000000000000", "not-hex"}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("gpubroker-token", token);
+    v1::StatusResponse resp;
+    EXPECT_EQ(stub->Status(&ctx, v1::StatusRequest(), &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << "token '" << token << "'";
+  }
+  // Without one, Status is the node's totals: no tenant, no session of its own.
   grpc::ClientContext ctx;
   v1::StatusResponse resp;
-  EXPECT_EQ(stub->Status(&ctx, v1::StatusRequest(), &resp).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(stub->Status(&ctx, v1::StatusRequest(), &resp).ok());
+  EXPECT_EQ(resp.backend(), "host");
+  ASSERT_EQ(resp.devices_size(), 1);
+  EXPECT_GT(resp.devices(0).used_bytes(), 0u) << "the bystander's buffer";
+  EXPECT_GE(resp.buffers(), 1u);
+  EXPECT_GE(resp.sessions(), 1u);
+  EXPECT_EQ(resp.tenants_size(), 0);
+  EXPECT_FALSE(resp.has_self());
   // Health needs no token.
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext hctx;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "common/refusal.h"
 #include "daemon/backend/host_backend.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backends_under_test.h"
@@ -58,6 +59,7 @@ TEST_P(BackendTest, RefusesWhenFullAndSaysHowFull) {
   ASSERT_TRUE(big.ok()) << big.status();
   auto more = backend_->Allocate(Request(8192, "other"));
   ASSERT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(RefusalOf(more.status()), Refusal::kOutOfMemory) << more.status();
   EXPECT_NE(std::string(more.status().message()).find("requested"), std::string::npos);
   big->reset();
   EXPECT_TRUE(backend_->Allocate(Request(8192, "other")).ok());
@@ -216,6 +218,40 @@ TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
   again->reset();
   big->reset();
   EXPECT_EQ(backend->Usage(0).used_bytes, 0u);
+}
+
+// cuda-arena: every live arena or pool buffer has a slot in its tenant's fence
+// page; when they are all taken, the refusal is a count limit, not memory.
+TEST(BackendTest_cuda_arena, FenceSlotsRunOutAsALimitAndComeBack) {
+  std::unique_ptr<Backend> backend;
+  std::string why = "this build has no CUDA backend";
+  for (const auto& b : BackendsUnderTest()) {
+    if (b.name == "cuda_arena") backend = b.make(&why);
+  }
+  if (!backend) GTEST_SKIP() << why;
+  std::vector<std::unique_ptr<BackendBuffer>> held;
+  absl::Status refused;
+  for (;;) {
+    auto b = backend->Allocate({0, "t", 512, false});
+    if (!b.ok()) {
+      refused = b.status();
+      break;
+    }
+    held.push_back(std::move(*b));
+    ASSERT_LT(held.size(), size_t{1} << 22) << "no limit reached";
+  }
+  EXPECT_EQ(RefusalOf(refused), Refusal::kLimit) << refused;
+  ASSERT_FALSE(held.empty());
+  auto page = backend->ExportRegion(held[0]->import_info().fence_region_id, "t");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->kind, FdKind::kCudaFences);
+  EXPECT_EQ(held.size() * 8, page->size) << "one 8-byte word per live buffer";
+  EXPECT_TRUE(backend->Allocate({0, "u", 512, false}).ok()) << "another tenant has its own page";
+  const uint64_t offset = held.back()->import_info().fence_offset;
+  held.pop_back();
+  auto again = backend->Allocate({0, "t", 512, false});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->import_info().fence_offset, offset) << "the freed slot came back";
 }
 
 // cuda-vmm: a freed tenant-private allocation waits for its tenant's next

@@ -46,6 +46,27 @@ TEST(Options, Defaults) {
   EXPECT_FALSE(p->options.socket_dir.empty());
 }
 
+TEST(Options, ASwitchNeedsNoValueButTakesOne) {
+  EXPECT_FALSE(Parse({})->options.grpc_reflection);
+  EXPECT_TRUE(Parse({"--grpc-reflection"})->options.grpc_reflection);
+  // A switch does not swallow the next flag as its value.
+  auto p = Parse({"--grpc-reflection", "--backend", "host"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->options.grpc_reflection);
+  EXPECT_EQ(p->options.backend, "host");
+  EXPECT_FALSE(Parse({"--grpc-reflection=false"})->options.grpc_reflection);
+  Env env;
+  env.vars["GPUBROKER_GRPC_REFLECTION"] = "yes";
+  EXPECT_TRUE(Parse({}, env)->options.grpc_reflection);
+  EXPECT_FALSE(Parse({"--grpc-reflection=off"}, env)->options.grpc_reflection);
+  const std::string file = WriteTemp("grpc_reflection: true\n");
+  EXPECT_TRUE(Parse({"--config", file.c_str()})->options.grpc_reflection);
+  std::remove(file.c_str());
+  auto bad = Parse({"--grpc-reflection=maybe"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("--grpc-reflection"), std::string::npos);
+}
+
 TEST(Options, FlagsBeatEnvironmentBeatsFile) {
   const std::string file = WriteTemp("backend: host\nlog_level: debug\nhost_pool_bytes: 2GiB\n");
   Env env;

@@ -62,7 +62,7 @@ TEST(NameRef, BareNamesAndTenantQualifiedNames) {
 TEST(TenantBooks, EnforcesTheQuotaAndTalliesTenants) {
   auto dir = TenantDirectory::Create({{"blue", {100}, {}, 1000}}, 0);
   ASSERT_TRUE(dir.ok());
-  TenantBooks books(*dir, {});
+  TenantBooks books(std::make_shared<const TenantDirectory>(std::move(*dir)), {});
   ASSERT_TRUE(books.ReserveBuffer("blue", 600, false).ok());
   const absl::Status over = books.ReserveBuffer("blue", 500, false);
   EXPECT_EQ(RefusalOf(over), Refusal::kQuota);

@@ -271,6 +271,41 @@ TEST_P(RegistryTest, QuotaRefusesWithTheNumbersAndFreesUp) {
   EXPECT_TRUE(registry_->Allocate(other, {.size = 8 * kMiB}).ok());
 }
 
+TEST_P(RegistryTest, ReplacedTenantsApplyToNewSessionsAndEveryNewAllocation) {
+  Make({{"team", {1000}, {}, 4 * kMiB}});
+  SessionId before = Session(1000);
+  auto a = Alloc(before, 3 * kMiB, "kept.across.reload");
+  ASSERT_FALSE(registry_->Allocate(before, {.size = 2 * kMiB}).ok());
+
+  // uid 1000 moves to tenant "big"; "team" gets a larger quota.
+  auto dir = TenantDirectory::Create({{"team", {}, {}, 16 * kMiB}, {"big", {1000}, {}, 0}},
+                                     /*default_quota_bytes=*/kMiB);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  registry_->ReplaceTenants(std::move(*dir));
+
+  // The old session keeps its tenant and its buffer; the new quota holds.
+  EXPECT_TRUE(registry_->Allocate(before, {.size = 2 * kMiB}).ok());
+  EXPECT_EQ(TenantUsed("team"), a.buffer.reserved_size + backend_->RoundedSize(0, 2 * kMiB, false));
+  auto listed = registry_->List(before);
+  ASSERT_FALSE(listed.empty());
+  EXPECT_EQ(listed.front().tenant, "team");
+  // A new session of the same uid is the new tenant.
+  SessionId after = Session(1000);
+  EXPECT_EQ(Alloc(after, kMiB).buffer.tenant, "big");
+  // The default quota changed too.
+  SessionId stranger = Session(3000);
+  auto refused = registry_->Allocate(stranger, {.size = 2 * kMiB});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  bool listed_team = false;
+  for (const auto& t : Status().tenants) {
+    if (t.name != "team") continue;
+    listed_team = true;
+    EXPECT_EQ(t.quota_bytes, 16 * kMiB);
+  }
+  EXPECT_TRUE(listed_team);
+  EXPECT_EQ(registry_->tenants()->QuotaFor("team"), 16 * kMiB);
+}
+
 TEST_P(RegistryTest, OtherTenantsSeeNothingUnlessShared) {
   SessionId alice = Session(1000);
   SessionId bob = Session(2000);

@@ -14,10 +14,19 @@
 /// @endcode
 ///
 /// A Client is thread-safe. A Buffer is a handle for one thread at a time.
+/// A process made by fork() cannot use its parent's clients: every call fails
+/// with FailedPreconditionError, and destroying them leaves the parent's
+/// session alone. The child connects anew.
+///
+/// The headers need C++17; Buffer::as() (a std::span) is there from C++20 on.
+/// The examples above use C++20's designated initializers.
 
 #include <cstdint>
 #include <memory>
+#if __cplusplus >= 202002L && __has_include(<span>)
 #include <span>
+#define GPUBROKER_HAVE_SPAN 1
+#endif
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,11 +75,13 @@ class GPUBROKER_API Buffer {
   bool valid() const noexcept { return impl_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
 
-  /// @brief The memory as a span of T (host backend).
+#if defined(GPUBROKER_HAVE_SPAN)
+  /// @brief The memory as a span of T (host backend; C++20).
   template <typename T>
   std::span<T> as() const {
     return {static_cast<T*>(data()), static_cast<size_t>(size() / sizeof(T))};
   }
+#endif
 
   /// @brief Marks the writes complete (ALLOCATED -> SEALED); readers waiting in
   /// open() wake up.
@@ -87,6 +98,18 @@ class GPUBROKER_API Buffer {
   /// @brief Makes `stream` (a cudaStream_t) wait for the producer's writes, as
   /// recorded at seal. No-op on the host backend.
   void wait_ready(void* stream = nullptr);
+
+  /// @brief A stream of the library's own on the buffer's device (one per
+  /// device and process), made to wait for the producer's writes: the buffer
+  /// is ready for whatever work is ordered after that stream's queued work.
+  /// For interfaces that name the producer's stream, such as the CUDA Array
+  /// Interface v3. nullptr on the host backend.
+  void* ready_stream();
+
+  /// @brief The CUDA ordinal of the buffer's device in this process (what
+  /// DLPack calls `device_id`; `CUDA_VISIBLE_DEVICES` renumbers devices, so it
+  /// may differ from the daemon's). -1 on the host backend or for an empty handle.
+  int device_ordinal() const noexcept;
 
   /// @brief Unmaps and drops the lease now (what the destructor does), but
   /// reports errors. The handle is empty afterwards.

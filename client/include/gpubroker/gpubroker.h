@@ -11,6 +11,15 @@
  * why a GPUBROKER_RESOURCE_EXHAUSTED refusal was made. Output pointers are written
  * only on success. A client handle may be used from several threads; a buffer
  * handle from one thread at a time.
+ *
+ * Memory that outlives its handle: a view (gpubroker_buffer_view) or a DLPack
+ * export (gpubroker_buffer_to_dlpack) keeps the buffer's mapping and lease
+ * alive after gpubroker_buffer_release, until the last of them is released,
+ * from any thread. So an array built over a buffer never outlives its memory.
+ *
+ * After fork(): the child cannot use its parent's handles. Calls on them fail
+ * with GPUBROKER_FAILED_PRECONDITION, and releasing or disconnecting them
+ * there leaves the parent's session alone. The child connects anew.
  */
 #ifndef GPUBROKER_GPUBROKER_H_
 #define GPUBROKER_GPUBROKER_H_
@@ -84,6 +93,16 @@ typedef enum gpubroker_dtype {
 typedef struct gpubroker_client gpubroker_client_t;
 /** @brief A lease on a buffer plus this process's mapping of it. */
 typedef struct gpubroker_buffer gpubroker_buffer_t;
+/** @brief A hold on a buffer's mapping and lease that may outlive the buffer's handle. */
+typedef struct gpubroker_view gpubroker_view_t;
+
+/** @brief Flags of gpubroker_buffer_to_dlpack. */
+enum gpubroker_dlpack_flags {
+  /** A DLManagedTensorVersioned (DLPack 1.x); without: a DLManagedTensor (0.x). */
+  GPUBROKER_DLPACK_VERSIONED = 1u << 0,
+  /** Sets DLPACK_FLAG_BITMASK_READ_ONLY (versioned tensors only). */
+  GPUBROKER_DLPACK_READ_ONLY = 1u << 1
+};
 
 /** @brief Options of gpubroker_allocate. Initialize with gpubroker_alloc_options_init. */
 typedef struct gpubroker_alloc_options {
@@ -134,6 +153,16 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_connect(const char* socket_dir,
                                                      gpubroker_client_t** out);
 /** @brief Drops this handle; the session ends once its buffers are gone too. */
 GPUBROKER_C_API void gpubroker_disconnect(gpubroker_client_t* client);
+/**
+ * @brief Whether this process may use the client.
+ * @return GPUBROKER_FAILED_PRECONDITION in a process made by fork() after the
+ *         client connected (the session is the parent's), else GPUBROKER_OK.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_client_check(const gpubroker_client_t* client);
+/** @brief The session's id, as the daemon's status and logs show it. */
+GPUBROKER_C_API uint64_t gpubroker_client_session_id(const gpubroker_client_t* client);
+/** @brief The session's tenant. Valid as long as the handle. */
+GPUBROKER_C_API const char* gpubroker_client_tenant(const gpubroker_client_t* client);
 
 /** @brief Allocates a buffer owned by this session. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
@@ -169,10 +198,48 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* 
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
                                                                void* stream);
 /**
- * @brief Unmaps, drops the lease (an owner's unkept buffer is also freed) and
- * destroys the handle, whatever the result. NULL is a no-op.
+ * @brief A stream of the library's own on the buffer's device (one per device
+ * and process), made to wait for the producer's sealed writes: what the CUDA
+ * Array Interface v3 calls the producer's stream. Work ordered after it sees
+ * the writes. *stream is NULL on the host backend.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_ready_stream(gpubroker_buffer_t* buffer,
+                                                                 void** stream);
+/**
+ * @brief Destroys the handle, whatever the result; NULL is a no-op. Unmaps and
+ * drops the lease (an owner's unkept buffer is also freed) now, or, while
+ * views or DLPack exports of the buffer are alive, when the last of them is
+ * released; errors are reported only in the first case.
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer);
+
+/**
+ * @brief A view: a hold on the buffer's mapping and lease that outlives the
+ * handle. Release it with gpubroker_view_release (any thread).
+ * @return GPUBROKER_FAILED_PRECONDITION in a process made by fork().
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_view(gpubroker_buffer_t* buffer,
+                                                         gpubroker_view_t** out);
+/** @brief The memory the view holds: gpubroker_buffer_data of its buffer. */
+GPUBROKER_C_API void* gpubroker_view_data(const gpubroker_view_t* view);
+/** @brief Drops the view; the last hold on a released buffer unmaps it. NULL is a no-op. */
+GPUBROKER_C_API void gpubroker_view_release(gpubroker_view_t* view);
+
+/**
+ * @brief Exports the buffer as a DLPack tensor that holds a view of it.
+ *
+ * *out is a DLManagedTensorVersioned* (flags has GPUBROKER_DLPACK_VERSIONED;
+ * version 1.0) or a DLManagedTensor*. Its dtype, shape and strides are the
+ * buffer's tensor descriptor (uint8[size] when it has none), strides always
+ * given; the descriptor's byte offset is added to `data` and `byte_offset` is
+ * 0. The device is kDLCUDA with the ordinal of gpubroker_buffer_device_ordinal,
+ * or kDLCPU. The consumer calls its deleter (any thread) when done: that
+ * releases the view. Nothing is synchronized: order a consumer's stream with
+ * gpubroker_buffer_wait_ready first.
+ * @return GPUBROKER_INVALID_ARGUMENT for unknown flags.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_to_dlpack(gpubroker_buffer_t* buffer,
+                                                              uint32_t flags, void** out);
 
 GPUBROKER_C_API void* gpubroker_buffer_data(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API uint64_t gpubroker_buffer_size(const gpubroker_buffer_t* buffer);
@@ -183,6 +250,12 @@ GPUBROKER_C_API const char* gpubroker_buffer_name(const gpubroker_buffer_t* buff
 GPUBROKER_C_API const char* gpubroker_buffer_device(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API int gpubroker_buffer_is_owner(const gpubroker_buffer_t* buffer);
+/**
+ * @brief The CUDA ordinal of the buffer's device in this process (DLPack's
+ * device_id; CUDA_VISIBLE_DEVICES may make it differ from the daemon's), or -1
+ * for host memory.
+ */
+GPUBROKER_C_API int32_t gpubroker_buffer_device_ordinal(const gpubroker_buffer_t* buffer);
 /**
  * @brief The tensor descriptor; GPUBROKER_NOT_FOUND when the producer declared none.
  * shape and strides point into the handle (strides are filled in C-contiguous when

@@ -143,6 +143,10 @@ struct OpenOptions {
   /// A cudaStream_t that is to wait for the buffer's ready fence (CUDA
   /// backends; the same as calling Buffer::wait_ready(stream) after open).
   void* stream = nullptr;
+  /// false: take the lease and the description only, without mapping the
+  /// memory (Buffer::data() is null; seal and wait_ready are refused). For
+  /// tools that watch buffers: no mapping, and on a GPU no CUDA context.
+  bool map = true;
 };
 
 /// @brief Options of Client::connect.

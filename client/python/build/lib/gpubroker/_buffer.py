@@ -1,0 +1,400 @@
+"""Buffer: a lease on broker memory, and the views that frameworks build over it."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from ctypes import byref, c_int32, c_int64, c_uint32, c_uint64, c_void_p
+from typing import Any, Dict, Optional, Tuple
+
+from . import _dtypes, _fork, _interop
+from ._errors import ForkError, Released
+
+_NOT_FOUND = 5
+_KDL_CPU, _KDL_CUDA = 1, 2
+
+
+class _Hold:
+    """A hold on the mapping and the lease (a C view): what an array made
+    through an array interface keeps alive, released when the array is gone."""
+
+    __slots__ = ("_lib", "_view", "_iface")
+
+    def __init__(self, lib: Any, view: int, iface: Dict[str, Any]):
+        self._lib, self._view, self._iface = lib, view, iface
+
+    def __del__(self) -> None:
+        view, self._view = getattr(self, "_view", None), None
+        if view:
+            self._lib.view_release(view)
+
+
+class _HostHold(_Hold):
+    __slots__ = ()
+
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        return self._iface
+
+
+class _CudaHold(_Hold):
+    __slots__ = ()
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        return self._iface
+
+
+class _Facts:
+    """What a handle says about its buffer, read in one go."""
+
+    __slots__ = ("id", "nbytes", "name", "device", "is_owner", "base", "dt", "dtype", "shape",
+                 "strides", "byte_offset")  # fmt: skip
+
+    def __init__(self, lib: Any, handle: int):
+        self.id: int = lib.buffer_id(handle)
+        self.nbytes: int = lib.buffer_size(handle)
+        self.name: str = lib.buffer_name(handle).decode()
+        self.device: str = lib.buffer_device(handle).decode()
+        self.is_owner = bool(lib.buffer_is_owner(handle))
+        self.base: int = lib.buffer_data(handle) or 0
+        dtype, ndim = c_int32(), c_uint32()
+        shape, strides = ctypes.POINTER(c_int64)(), ctypes.POINTER(c_int64)()
+        offset = c_uint64()
+        rc = lib.buffer_tensor(handle, byref(dtype), byref(ndim), byref(shape), byref(strides),
+                               byref(offset))  # fmt: skip
+        if rc == _NOT_FOUND:
+            self.dt: Optional[_dtypes.DType] = None
+            self.dtype: Optional[str] = None
+            self.shape: Optional[Tuple[int, ...]] = None
+            self.strides: Optional[Tuple[int, ...]] = None
+            self.byte_offset = 0
+        else:
+            n = ndim.value
+            self.dt = _dtypes.BY_CODE.get(dtype.value)
+            self.dtype = self.dt.name if self.dt else None
+            self.shape = tuple(shape[:n])
+            self.strides = tuple(strides[:n])
+            self.byte_offset = offset.value
+
+
+class Buffer:
+    """A lease on a broker buffer and this process's mapping of it.
+
+    Arrays made from it (DLPack, the array interfaces, ``as_numpy()`` and the
+    other ``as_*``) keep the mapping and the lease alive until they are gone,
+    also after ``release()`` or once the Buffer object is dropped: the memory
+    returns to the pool (an owner's unkept buffer is freed) when the last of
+    them dies. A released Buffer gives no new views.
+
+    Attributes: ``name``, ``id``, ``nbytes``, ``device`` (the device's UUID,
+    "host" for host memory), ``device_id`` (its CUDA ordinal in this process,
+    -1 for host memory), ``shape``, ``dtype`` (NumPy's name) and ``strides``
+    (in elements, as DLPack and torch count them) of the tensor descriptor
+    (None when the producer gave none), ``byte_offset``, ``data_ptr`` (the
+    first element's address), ``is_sealed``, ``is_owner``, ``is_cuda``.
+    """
+
+    __slots__ = ("_lib", "_h", "_lock", "_pin", "_generation", "device_id", "_facts",
+                 "__weakref__")  # fmt: skip
+
+    def __init__(self, lib: Any, handle: int):
+        self._lib = lib
+        self._h: Optional[int] = handle
+        self._lock = threading.RLock()  # properties read facts under it too
+        self._pin: Optional[int] = None  # a view held for the Buffer's own interfaces
+        self._generation = _fork.generation
+        self.device_id: int = lib.buffer_device_ordinal(handle)
+        self._facts: Optional[_Facts] = None  # read on first use (the hot path needs none)
+
+    def _read_facts(self) -> "_Facts":
+        """The handle's facts, read once (with the lock held, or before release)."""
+        f = self._facts
+        if f is None:
+            f = self._facts = _Facts(self._lib, self._h)
+        return f
+
+    def _f(self) -> "_Facts":
+        f = self._facts
+        if f is not None:
+            return f
+        with self._lock:
+            if self._h is None:  # released before anything was read: facts were kept
+                raise Released("buffer was released")
+            return self._read_facts()
+
+    id = property(lambda self: self._f().id, doc="The buffer's id.")
+    name = property(lambda self: self._f().name, doc='Its name ("" when unnamed).')
+    nbytes = property(lambda self: self._f().nbytes, doc="Bytes asked for at allocation.")
+    device = property(lambda self: self._f().device, doc='UUID of its device ("host").')
+    is_owner = property(lambda self: self._f().is_owner, doc="Whether it came from allocate().")
+    shape = property(lambda self: self._f().shape, doc="The descriptor's shape, or None.")
+    dtype = property(lambda self: self._f().dtype, doc="The descriptor's dtype name, or None.")
+    strides = property(lambda self: self._f().strides, doc="Strides in elements, or None.")
+    byte_offset = property(lambda self: self._f().byte_offset, doc="Bytes before element 0.")
+    _dt = property(lambda self: self._f().dt)
+    _base = property(lambda self: self._f().base)
+
+    # Facts ------------------------------------------------------------------
+
+    @property
+    def data_ptr(self) -> int:
+        """Address of the first element in this process (device pointer on a GPU)."""
+        return self._base + self.byte_offset
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device_id >= 0
+
+    @property
+    def is_sealed(self) -> bool:
+        """Whether the producer's writes are complete (as this handle last saw it)."""
+        with self._lock:
+            return self._h is not None and bool(self._lib.buffer_is_sealed(self._h))
+
+    @property
+    def is_released(self) -> bool:
+        return self._h is None
+
+    def __repr__(self) -> str:
+        desc = f"{self.dtype}{list(self.shape)}" if self.shape is not None else "bytes"
+        state = "released" if self._h is None else ("sealed" if self.is_sealed else "allocated")
+        return (f"<gpubroker.Buffer {self.name or '(unnamed)'} id={self.id} {desc} "
+                f"{self.nbytes} bytes on {self.device} {state}>")  # fmt: skip
+
+    def info(self) -> "BufferInfo":
+        """The daemon's description of the buffer (tenant, leases, keep, backing...)."""
+        from ._client import BufferInfo, check
+
+        with self._lock:
+            h = self._usable()
+            out = c_void_p()
+            check(self._lib, self._lib.buffer_info_json(h, byref(out)))
+            import json
+
+            return BufferInfo.from_json(json.loads(self._lib.take_string(out)))
+
+    # Ordering -----------------------------------------------------------------
+
+    def seal(self, stream: Any = None) -> None:
+        """Marks the writes complete; readers waiting in ``open(wait=True)`` wake up.
+
+        On a GPU the ready fence is recorded on `stream` first (any framework's
+        stream object or a raw cudaStream_t; None: the legacy default stream),
+        so the producer need not synchronize: a reader's stream waits for the
+        work queued on `stream` before the seal.
+        """
+        from ._client import check
+
+        s = _interop.stream_handle(stream)
+        with self._lock:
+            check(self._lib, self._lib.buffer_seal_on(self._usable(), s))
+
+    def wait_ready(self, stream: Any = None) -> None:
+        """Makes `stream` (any framework's stream or a raw handle; None: the
+        legacy default stream) wait for the producer's sealed writes. Exports
+        through DLPack do this on the consumer's stream by themselves."""
+        from ._client import check
+
+        s = _interop.stream_handle(stream)
+        with self._lock:
+            check(self._lib, self._lib.buffer_wait_ready(self._usable(), s))
+
+    # Life ---------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Drops this handle's lease (and, for an owner's unkept buffer, frees
+        it) now, or once the arrays made from it are gone. Idempotent."""
+        from ._client import check
+
+        with self._lock:
+            if self._h is not None:
+                self._read_facts()  # the attributes stay readable
+            h, self._h = self._h, None
+            if h is not None:
+                check(self._lib, self._lib.buffer_release(h))
+
+    def __enter__(self) -> "Buffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        lib = getattr(self, "_lib", None)
+        if lib is None:
+            return
+        h, self._h = getattr(self, "_h", None), None
+        if h is not None:
+            lib.buffer_release(h)
+        pin, self._pin = getattr(self, "_pin", None), None
+        if pin is not None:
+            lib.view_release(pin)
+
+    def _usable(self) -> int:
+        """The handle, for a call made with the lock held."""
+        if self._h is None:
+            f = self._facts
+            raise Released(
+                f"buffer {(f.name or f.id) if f else ''} was released: it gives no new views "
+                "(arrays made from it before stay valid)"
+            )
+        if self._generation != _fork.generation:
+            raise ForkError(
+                f"buffer {self._read_facts().name or self._read_facts().id} belongs to the parent of this process "
+                "(made by fork()): connect and open it anew here"
+            )
+        return self._h
+
+    def _new_view(self) -> int:
+        from ._client import check
+
+        out = c_void_p()
+        check(self._lib, self._lib.buffer_view(self._usable(), byref(out)))
+        return out.value
+
+    # DLPack -------------------------------------------------------------------
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return (_KDL_CUDA, self.device_id) if self.device_id >= 0 else (_KDL_CPU, 0)
+
+    def __dlpack__(
+        self,
+        stream: Any = None,
+        *,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """A DLPack capsule of the buffer: versioned (DLPack 1.x) when the
+        consumer's `max_version` allows, the legacy one otherwise.
+
+        On a GPU, `stream` is the consumer's (the array API's convention:
+        None or 1 the legacy default stream, 2 the per-thread one, -1 none):
+        it is made to wait for the producer's sealed writes.
+        """
+        from ._client import check
+
+        if copy:
+            raise BufferError("gpubroker shares buffers in place; copy=True is not offered: "
+                              "copy in the consuming framework")  # fmt: skip
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(
+                f"buffer is on DLPack device {self.__dlpack_device__()}, not {tuple(dl_device)}"
+            )
+        versioned = max_version is not None and max_version[0] >= 1
+        out = c_void_p()
+        with self._lock:
+            h = self._usable()
+            if self.device_id >= 0 and stream != -1 and self._lib.buffer_is_sealed(h):
+                check(self._lib, self._lib.buffer_wait_ready(h, _interop.stream_handle(stream)))
+            check(self._lib,
+                  self._lib.buffer_to_dlpack(h, _interop.dlpack_flags(versioned), byref(out)))  # fmt: skip
+        return _interop.capsule(out.value, versioned)
+
+    # Array interfaces ---------------------------------------------------------
+
+    def _interface(self, ready_stream: Optional[int]) -> Dict[str, Any]:
+        dt = self._dt or _dtypes.BY_NAME["uint8"]
+        shape = self.shape if self.shape is not None else (self.nbytes,)
+        strides = None
+        if self.strides is not None and self.strides != _contiguous(shape):
+            strides = tuple(s * dt.itemsize for s in self.strides)
+        iface: Dict[str, Any] = {
+            "shape": shape,
+            "typestr": dt.typestr,
+            "data": (self.data_ptr, False),
+            "strides": strides,
+            "version": 3,
+        }
+        if ready_stream is not None or self.device_id >= 0:
+            iface["stream"] = ready_stream
+        return iface
+
+    def _ready_stream(self, h: int) -> Optional[int]:
+        """For the CUDA Array Interface: the library's stream that waits for
+        the sealed writes, or None (unsealed: nothing to wait for)."""
+        from ._client import check
+
+        if not self._lib.buffer_is_sealed(h):
+            return None
+        out = c_void_p()
+        check(self._lib, self._lib.buffer_ready_stream(h, byref(out)))
+        return out.value
+
+    def _pinned_interface(self, cuda: bool) -> Dict[str, Any]:
+        with self._lock:
+            h = self._usable()
+            if self._pin is None:  # what the consumer's array keeps: this object
+                self._pin = self._new_view()
+            return self._interface(self._ready_stream(h) if cuda else None)
+
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        if self.device_id >= 0:
+            raise AttributeError("a GPU buffer has no __array_interface__ (see __cuda_array_interface__)")
+        return self._pinned_interface(False)
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        if self.device_id < 0:
+            raise AttributeError("a host buffer has no __cuda_array_interface__ (see __array_interface__)")
+        return self._pinned_interface(True)
+
+    # Frameworks ----------------------------------------------------------------
+
+    def as_numpy(self) -> Any:
+        """A writable NumPy array over the (host) buffer, no copy."""
+        import numpy
+
+        if self.device_id >= 0:
+            raise TypeError("a GPU buffer: use as_cupy(), as_torch(), as_jax() or as_numba()")
+        bf16 = self._dt is not None and self._dt.name == "bfloat16"
+        target = _dtypes.numpy_dtype(self._dt) if bf16 else None
+        with self._lock:
+            self._usable()
+            hold = _HostHold(self._lib, self._new_view(), self._interface(None))
+        a = numpy.asarray(hold)
+        return a.view(target) if bf16 else a
+
+    def as_torch(self) -> Any:
+        """A torch tensor over the buffer (CPU or CUDA), no copy, ordered after
+        the producer's writes on torch's current stream."""
+        import torch
+
+        return torch.from_dlpack(self)
+
+    def as_cupy(self) -> Any:
+        """A CuPy array over the GPU buffer, no copy, ordered after the
+        producer's writes on CuPy's current stream."""
+        import cupy
+
+        if self.device_id < 0:
+            raise TypeError("a host buffer: use as_numpy() (CuPy arrays live on a GPU)")
+        return cupy.from_dlpack(self)
+
+    def as_jax(self) -> Any:
+        """A JAX array over the buffer, no copy where JAX allows (JAX arrays
+        are immutable: write through another framework's view)."""
+        import jax.dlpack
+
+        return jax.dlpack.from_dlpack(self)
+
+    def as_numba(self) -> Any:
+        """A Numba device array over the GPU buffer (CUDA Array Interface), no copy."""
+        from numba import cuda
+
+        if self.device_id < 0:
+            raise TypeError("a host buffer: use as_numpy()")
+        with self._lock:
+            h = self._usable()
+            hold = _CudaHold(self._lib, self._new_view(), self._interface(self._ready_stream(h)))
+        return cuda.as_cuda_array(hold)
+
+
+def _contiguous(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    out, stride = [], 1
+    for d in reversed(shape):
+        out.append(stride)
+        stride *= d
+    return tuple(reversed(out))

@@ -1,0 +1,392 @@
+"""Client: a session with gpubrokerd, and the daemon's answers as dataclasses."""
+
+from __future__ import annotations
+
+import json
+import threading
+from ctypes import byref, c_char_p, c_int64, c_void_p
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _dtypes, _fork, _lib
+from ._buffer import Buffer
+from ._errors import Closed, ForkError, InvalidArgument, from_status
+
+
+def check(lib: Any, rc: int) -> None:
+    """Raises the Error of a failed C ABI call (read on the thread that failed)."""
+    if rc:
+        raise _error(lib, rc)
+
+
+def _error(lib: Any, rc: int) -> Exception:
+    message = lib.last_error().decode(errors="replace")
+    reason = lib.last_error_reason() if lib.last_error_reason is not None else 0
+    return from_status(rc, message, reason)
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    """A buffer as the daemon describes it."""
+
+    id: int
+    name: str
+    size: int
+    reserved_size: int
+    device: str
+    tenant: str
+    state: str  # "allocated", "sealed", "freed"
+    dtype: Optional[str]
+    shape: Optional[Tuple[int, ...]]
+    strides: Optional[Tuple[int, ...]]  # in elements; None: C-contiguous or no descriptor
+    byte_offset: int
+    keep: bool
+    expires_unix_ms: int  # 0: no TTL
+    shared_with: Tuple[str, ...]
+    leases: int
+    owner_session: int  # 0 once the owner's session has ended
+    created_unix_ms: int
+    backing: str  # "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+
+    @classmethod
+    def from_json(cls, j: Dict[str, Any]) -> "BufferInfo":
+        t = j.get("tensor")
+        return cls(
+            id=j["id"], name=j["name"], size=j["size"], reserved_size=j["reserved_size"],
+            device=j["device"], tenant=j["tenant"], state=j["state"],
+            dtype=t["dtype"] if t else None,
+            shape=tuple(t["shape"]) if t else None,
+            strides=tuple(t["strides"]) if t and t["strides"] else None,
+            byte_offset=t["byte_offset"] if t else 0,
+            keep=j["keep"], expires_unix_ms=j["expires_unix_ms"],
+            shared_with=tuple(j["shared_with"]), leases=j["leases"],
+            owner_session=j["owner_session"], created_unix_ms=j["created_unix_ms"],
+            backing=j["backing"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    uuid: str
+    name: str
+    backend: str
+    ordinal: int
+    total_bytes: int
+    capacity_bytes: int  # what the broker may lend
+    reserved_bytes: int
+    used_bytes: int
+    free_bytes: int
+    buffers: int
+    compute_capability: str
+
+
+@dataclass(frozen=True)
+class TenantStatus:
+    name: str
+    quota_bytes: int  # 0: unlimited
+    used_bytes: int
+    buffers: int
+    sessions: int
+
+
+@dataclass(frozen=True)
+class Status:
+    """The daemon's status: devices, pools, tenants, sessions."""
+
+    version: str
+    backend: str
+    devices: Tuple[DeviceStatus, ...]
+    tenants: Tuple[TenantStatus, ...]
+    sessions: int
+    buffers: int
+    metrics_address: str
+    socket_dir: str
+    started_unix_ms: int
+    session_id: int  # this client's
+    tenant: str  # this client's
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, j: Dict[str, Any]) -> "Status":
+        return cls(
+            version=j["version"], backend=j["backend"],
+            devices=tuple(DeviceStatus(**d) for d in j["devices"]),
+            tenants=tuple(TenantStatus(**t) for t in j["tenants"]),
+            sessions=j["sessions"], buffers=j["buffers"], metrics_address=j["metrics_address"],
+            socket_dir=j["socket_dir"], started_unix_ms=j["started_unix_ms"],
+            session_id=j["self"]["session_id"], tenant=j["self"]["tenant"], raw=j,
+        )  # fmt: skip
+
+    def tenant_status(self, name: Optional[str] = None) -> Optional[TenantStatus]:
+        """This client's tenant's line (or `name`'s), None when it holds nothing."""
+        name = name or self.tenant
+        return next((t for t in self.tenants if t.name == name), None)
+
+
+def _ms(value: Union[None, float, timedelta], what: str) -> int:
+    if value is None:
+        return 0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 0:
+        raise InvalidArgument(f"{what} is negative")
+    return int(round(seconds * 1000))
+
+
+def _extent(shape: Sequence[int], strides: Optional[Sequence[int]]) -> int:
+    """Elements that a tensor of this layout spans."""
+    if any(d == 0 for d in shape):
+        return 0
+    if strides is None:
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+    return 1 + sum((d - 1) * s for d, s in zip(shape, strides))
+
+
+class Client:
+    """A session with gpubrokerd (``gpubroker.connect()``).
+
+    Threads may share a Client. Closing it (or leaving its ``with`` block)
+    drops this handle; the session ends once its Buffers and the arrays made
+    from them are gone too. A Client made before ``fork()`` fails with
+    ForkError in the child, which connects anew.
+    """
+
+    def __init__(self, socket_dir: Optional[str] = None):
+        self._lib = _lib.load()
+        out = c_void_p()
+        arg = socket_dir.encode() if socket_dir else None
+        check(self._lib, self._lib.connect(arg, byref(out)))
+        self._h: Optional[int] = out.value
+        self._generation = _fork.generation
+        self._mu = threading.Lock()
+        self._calls = 0  # in flight: close() waits for them before disconnecting
+        self._closing = False
+        self.session_id: int = self._lib.client_session_id(self._h)
+        self.tenant: str = self._lib.client_tenant(self._h).decode()
+        self.socket_dir = socket_dir
+
+    # The handle for one call: never destroyed under a call in flight.
+    def _enter(self) -> int:
+        if self._generation != _fork.generation:
+            raise ForkError("this Client was connected by the parent of this process (made by "
+                            "fork()): call gpubroker.connect() anew here")  # fmt: skip
+        with self._mu:
+            if self._closing or self._h is None:
+                raise Closed("the Client is closed")
+            self._calls += 1
+            return self._h
+
+    def _leave(self) -> None:
+        with self._mu:
+            self._calls -= 1
+            if self._closing and self._calls == 0:
+                self._disconnect_locked()
+
+    def _disconnect_locked(self) -> None:
+        h, self._h = self._h, None
+        if h is not None:
+            self._lib.disconnect(h)
+
+    def close(self) -> None:
+        """Drops the handle (once calls in flight on other threads return)."""
+        with self._mu:
+            self._closing = True
+            if self._calls == 0:
+                self._disconnect_locked()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        lib, h = getattr(self, "_lib", None), getattr(self, "_h", None)
+        if lib is not None and h is not None:
+            self._h = None
+            lib.disconnect(h)
+
+    def __repr__(self) -> str:
+        return f"<gpubroker.Client session={self.session_id} tenant={self.tenant}>"
+
+    # Buffers ------------------------------------------------------------------
+
+    def allocate(
+        self,
+        nbytes: Optional[int] = None,
+        *,
+        shape: Optional[Sequence[int]] = None,
+        dtype: Any = None,
+        strides: Optional[Sequence[int]] = None,
+        byte_offset: int = 0,
+        name: Optional[str] = None,
+        device: Union[None, int, str] = None,
+        keep: bool = False,
+        ttl: Union[None, float, timedelta] = None,
+        share_with: Iterable[str] = (),
+    ) -> Buffer:
+        """A new buffer, owned and leased by this session.
+
+        Give `nbytes`, or a tensor (`shape` and `dtype`, optional `strides` in
+        elements and `byte_offset` in bytes) from which the size follows; the
+        descriptor is stored in the daemon so that readers get it back.
+        `dtype`: a name ("float32", "bfloat16"), a NumPy, torch, CuPy or JAX
+        dtype. `device`: UUID or the daemon's ordinal (None: its first).
+        `keep`: outlive this session; `ttl`: seconds or a timedelta;
+        `share_with`: tenants that may open it too.
+
+        Raises InvalidArgument, AlreadyExists, QuotaExceeded, OutOfMemory,
+        LimitExceeded (all ResourceExhausted), Unavailable.
+        """
+        lib = self._lib
+        o = _lib.AllocOptions()
+        lib.alloc_options_init(byref(o))
+        keepalive: List[Any] = []
+        if shape is not None or dtype is not None:
+            dt = _dtypes.resolve(dtype if dtype is not None else "uint8")
+            if shape is None:
+                if nbytes is None:
+                    raise InvalidArgument("give nbytes or shape")
+                shape = (nbytes // dt.itemsize,)
+            shape = tuple(int(d) for d in shape)
+            if strides is not None:
+                strides = tuple(int(s) for s in strides)
+                if len(strides) != len(shape):
+                    raise InvalidArgument(f"{len(shape)} dimensions but {len(strides)} strides")
+            needed = byte_offset + _extent(shape, strides) * dt.itemsize
+            if nbytes is None:
+                nbytes = max(needed, 1)  # an empty tensor still needs a buffer
+            o.dtype = dt.code
+            o.ndim = len(shape)
+            sh = (c_int64 * len(shape))(*shape)
+            o.shape = sh
+            keepalive.append(sh)
+            if strides is not None:
+                st = (c_int64 * len(strides))(*strides)
+                o.strides = st
+                keepalive.append(st)
+            o.byte_offset = byte_offset
+        elif strides is not None or byte_offset:
+            raise InvalidArgument("strides and byte_offset describe a tensor: give shape and dtype")
+        if nbytes is None:
+            raise InvalidArgument("give nbytes or shape")
+        if name:
+            o.name = name.encode()
+        if device is not None:
+            o.device = str(device).encode()
+        o.keep = 1 if keep else 0
+        o.ttl_ms = _ms(ttl, "ttl")
+        tenants = [t.encode() for t in share_with]
+        if tenants:
+            arr = (c_char_p * len(tenants))(*tenants)
+            o.share_with = arr
+            o.n_share_with = len(tenants)
+            keepalive.append(arr)
+        out = c_void_p()
+        h = self._enter()
+        try:
+            rc = lib.allocate(h, int(nbytes), byref(o), byref(out))
+        finally:
+            self._leave()
+        check(lib, rc)
+        return Buffer(lib, out.value)
+
+    def open(
+        self,
+        name_or_id: Union[str, int],
+        *,
+        wait: bool = False,
+        timeout: Union[None, float, timedelta] = None,
+        allow_unsealed: bool = False,
+    ) -> Buffer:
+        """Opens a buffer by name (``tenant/name`` for another tenant's share)
+        or id, with a lease of its own.
+
+        `wait`: wait until it exists and is sealed, for `timeout` seconds
+        (default 30). Raises NotFound, FailedPrecondition (not sealed and no
+        wait), Timeout.
+        """
+        lib = self._lib
+        o = _lib.OpenOptions()
+        lib.open_options_init(byref(o))
+        o.wait = 1 if wait else 0
+        if timeout is not None:
+            o.timeout_ms = _ms(timeout, "timeout")
+        o.allow_unsealed = 1 if allow_unsealed else 0
+        out = c_void_p()
+        h = self._enter()
+        try:
+            if isinstance(name_or_id, int):
+                rc = lib.open_id(h, name_or_id, byref(o), byref(out))
+            else:
+                rc = lib.open(h, name_or_id.encode(), byref(o), byref(out))
+        finally:
+            self._leave()
+        check(lib, rc)
+        return Buffer(lib, out.value)
+
+    def share(
+        self,
+        array: Any,
+        *,
+        name: str,
+        device: Union[None, int, str] = None,
+        keep: bool = False,
+        ttl: Union[None, float, timedelta] = None,
+        share_with: Iterable[str] = (),
+        stream: Any = None,
+    ) -> Buffer:
+        """Puts a framework array (NumPy, torch, CuPy, JAX, anything with
+        DLPack) into a new sealed buffer: allocated with its shape, dtype and
+        layout, copied once (device to device on a GPU), sealed.
+
+        On a GPU the copy runs on `stream` (default: the framework's current
+        stream) and the seal is recorded there: no synchronization.
+        """
+        from ._share import share
+
+        return share(self, array, name=name, device=device, keep=keep, ttl=ttl,
+                     share_with=share_with, stream=stream)  # fmt: skip
+
+    def free(self, name_or_id: Union[str, int]) -> None:
+        """Frees a buffer of this tenant: the name goes now, the memory once no lease remains."""
+        h = self._enter()
+        try:
+            rc = self._lib.free(h, str(name_or_id).encode())
+        finally:
+            self._leave()
+        check(self._lib, rc)
+
+    def list(self) -> List[BufferInfo]:
+        """The buffers this tenant may see."""
+        return [BufferInfo.from_json(b) for b in self._json(self._lib.list_json)]
+
+    def status(self) -> Status:
+        """Version, backend, devices, pools, tenants, sessions."""
+        return Status.from_json(self._json(self._lib.status_json))
+
+    def _json(self, call: Any) -> Any:
+        out = c_void_p()
+        h = self._enter()
+        try:
+            rc = call(h, byref(out))
+        finally:
+            self._leave()
+        check(self._lib, rc)
+        return json.loads(self._lib.take_string(out))
+
+
+def connect(socket_dir: Optional[str] = None) -> Client:
+    """Connects to gpubrokerd.
+
+    `socket_dir`: where its sockets are; None: ``$GPUBROKER_SOCKET_DIR``, else
+    the daemon's default (/run/gpubroker as root, $XDG_RUNTIME_DIR/gpubroker
+    otherwise). Raises Unavailable when no daemon answers there.
+    """
+    return Client(socket_dir)
+
+
+__all__ = ["BufferInfo", "Client", "DeviceStatus", "Status", "TenantStatus", "connect"]

@@ -1,0 +1,204 @@
+"""Finding libgpubroker and declaring its C ABI to ctypes, once per process."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int,
+    c_int32,
+    c_int64,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+from typing import List, Optional
+
+from ._errors import LibraryNotFound
+
+SONAME = "libgpubroker.so.0"
+
+# Functions a library must have for this package; an older library lacks some.
+_REQUIRED = (
+    "gpubroker_buffer_view",
+    "gpubroker_buffer_to_dlpack",
+    "gpubroker_buffer_device_ordinal",
+    "gpubroker_buffer_ready_stream",
+    "gpubroker_client_check",
+)
+
+
+class AllocOptions(Structure):
+    """gpubroker_alloc_options_t."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("device", c_char_p),
+        ("name", c_char_p),
+        ("keep", c_int),
+        ("ttl_ms", c_uint64),
+        ("dtype", c_int32),
+        ("ndim", c_uint32),
+        ("shape", POINTER(c_int64)),
+        ("strides", POINTER(c_int64)),
+        ("byte_offset", c_uint64),
+        ("share_with", POINTER(c_char_p)),
+        ("n_share_with", c_uint32),
+    ]
+
+
+class OpenOptions(Structure):
+    """gpubroker_open_options_t."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("wait", c_int),
+        ("timeout_ms", c_int64),
+        ("allow_unsealed", c_int),
+    ]
+
+
+DLPACK_VERSIONED = 1
+DLPACK_READ_ONLY = 2
+
+
+def candidates() -> List[str]:
+    """Where the library is looked for, in order."""
+    env = os.environ.get("GPUBROKER_LIBRARY")
+    if env:
+        return [env]  # asked for: that one or none
+    here = Path(__file__).resolve().parent
+    out = [str(here / SONAME), str(here / "libgpubroker.so")]
+    try:
+        from . import _location  # written by CMake (build tree, install)
+
+        out.append(_location.LIBRARY)
+    except ImportError:
+        pass
+    out.append(SONAME)  # the dynamic loader's own search: LD_LIBRARY_PATH, ld.so.cache
+    for d in ("/usr/local/lib", "/usr/lib", "/usr/local/lib64", "/usr/lib64"):
+        out.append(f"{d}/{SONAME}")
+    return out
+
+
+class Library:
+    """The loaded library with every function's prototype declared.
+
+    ``c`` releases the GIL around calls (those that may block on the daemon);
+    ``py`` keeps it, for getters that return at once.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.c = ctypes.CDLL(path)
+        self.py = ctypes.PyDLL(path)
+        missing = [f for f in _REQUIRED if not hasattr(self.c, f)]
+        if missing:
+            raise LibraryNotFound(
+                f"{path} is too old for this package (it lacks {', '.join(missing)}): "
+                "install a matching libgpubroker or set GPUBROKER_LIBRARY"
+            )
+        self._declare()
+
+    def _declare(self) -> None:
+        c, py = self.c, self.py
+        pp = POINTER(c_void_p)
+
+        def proto(lib, name, restype, *argtypes):
+            f = getattr(lib, name)
+            f.restype = restype
+            f.argtypes = list(argtypes)
+            setattr(self, name[len("gpubroker_"):], f)
+
+        # Blocking calls (the GIL is released).
+        proto(c, "gpubroker_connect", c_int, c_char_p, pp)
+        proto(c, "gpubroker_disconnect", None, c_void_p)
+        proto(c, "gpubroker_allocate", c_int, c_void_p, c_uint64, POINTER(AllocOptions), pp)
+        proto(c, "gpubroker_open", c_int, c_void_p, c_char_p, POINTER(OpenOptions), pp)
+        proto(c, "gpubroker_open_id", c_int, c_void_p, c_uint64, POINTER(OpenOptions), pp)
+        proto(c, "gpubroker_free", c_int, c_void_p, c_char_p)
+        proto(c, "gpubroker_list_json", c_int, c_void_p, POINTER(c_void_p))
+        proto(c, "gpubroker_status_json", c_int, c_void_p, POINTER(c_void_p))
+        proto(c, "gpubroker_buffer_seal_on", c_int, c_void_p, c_void_p)
+        proto(c, "gpubroker_buffer_wait_ready", c_int, c_void_p, c_void_p)
+        proto(c, "gpubroker_buffer_ready_stream", c_int, c_void_p, pp)
+        proto(c, "gpubroker_buffer_release", c_int, c_void_p)
+        proto(c, "gpubroker_view_release", None, c_void_p)
+        proto(c, "gpubroker_buffer_info_json", c_int, c_void_p, POINTER(c_void_p))
+        # Getters and bookkeeping that return at once (the GIL is kept).
+        proto(py, "gpubroker_last_error", c_char_p)
+        proto(py, "gpubroker_version", c_char_p)
+        proto(py, "gpubroker_string_free", None, c_void_p)
+        proto(py, "gpubroker_alloc_options_init", None, POINTER(AllocOptions))
+        proto(py, "gpubroker_open_options_init", None, POINTER(OpenOptions))
+        proto(py, "gpubroker_client_check", c_int, c_void_p)
+        proto(py, "gpubroker_client_session_id", c_uint64, c_void_p)
+        proto(py, "gpubroker_client_tenant", c_char_p, c_void_p)
+        proto(py, "gpubroker_buffer_data", c_void_p, c_void_p)
+        proto(py, "gpubroker_buffer_size", c_uint64, c_void_p)
+        proto(py, "gpubroker_buffer_id", c_uint64, c_void_p)
+        proto(py, "gpubroker_buffer_name", c_char_p, c_void_p)
+        proto(py, "gpubroker_buffer_device", c_char_p, c_void_p)
+        proto(py, "gpubroker_buffer_is_sealed", c_int, c_void_p)
+        proto(py, "gpubroker_buffer_is_owner", c_int, c_void_p)
+        proto(py, "gpubroker_buffer_device_ordinal", c_int32, c_void_p)
+        proto(
+            py,
+            "gpubroker_buffer_tensor",
+            c_int,
+            c_void_p,
+            POINTER(c_int32),
+            POINTER(c_uint32),
+            POINTER(POINTER(c_int64)),
+            POINTER(POINTER(c_int64)),
+            POINTER(c_uint64),
+        )
+        proto(py, "gpubroker_buffer_view", c_int, c_void_p, pp)
+        proto(py, "gpubroker_buffer_to_dlpack", c_int, c_void_p, c_uint32, pp)
+        # The typed refusal reasons (RESOURCE_EXHAUSTED's quota, memory, limit)
+        # came later: without them every refusal is a plain ResourceExhausted.
+        if hasattr(py, "gpubroker_last_error_reason"):
+            proto(py, "gpubroker_last_error_reason", c_int)
+        else:
+            self.last_error_reason = None
+
+    def take_string(self, p: c_void_p) -> str:
+        """A string the library allocated, freed once read."""
+        try:
+            return ctypes.string_at(p.value).decode()
+        finally:
+            self.string_free(p)
+
+
+_lock = threading.Lock()
+_library: Optional[Library] = None
+
+
+def load() -> Library:
+    """The library, loaded on first use."""
+    global _library
+    if _library is not None:
+        return _library
+    with _lock:
+        if _library is None:
+            tried = []
+            for path in candidates():
+                try:
+                    _library = Library(path)
+                    break
+                except OSError as e:
+                    if isinstance(e, LibraryNotFound):
+                        raise
+                    tried.append(f"  {path}: {e}")
+            else:
+                raise LibraryNotFound(
+                    "cannot load libgpubroker; tried:\n"
+                    + "\n".join(tried)
+                    + "\nset GPUBROKER_LIBRARY to the library's path, or install it"
+                )
+    return _library

@@ -1,0 +1,136 @@
+// The registry's sessions, and its life: construction, shutdown, release.
+// (Buffers, leases and descriptors are in registry.cc.)
+#include "absl/time/time.h"
+#include "daemon/core/registry.h"
+#include "daemon/core/registry_internal.h"
+
+namespace gpubroker {
+
+using registry_internal::SessionEnded;
+using registry_internal::ShuttingDown;
+using registry_internal::TokenKey;
+
+Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, TenantLimits limits)
+    : backend_(backend),
+      clock_(std::move(clock)),
+      tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))),
+      books_(tenants_, limits) {}
+
+Registry::~Registry() { ReleaseAll(); }
+
+int64_t Registry::Now() const {
+  if (clock_) return clock_();
+  return absl::ToUnixMillis(absl::Now());
+}
+
+// Sessions -----------------------------------------------------------------
+
+absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
+                                                  std::string client_name) {
+  SessionView view;
+  view.peer = peer;
+  view.token = RandomToken();
+  view.client_name = std::move(client_name);
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return ShuttingDown();
+  view.tenant = tenants_->TenantFor(peer.uid, peer.gid);
+  view.admin = tenants_->IsAdmin(peer);
+  view.id = next_session_++;
+  by_token_[TokenKey(view.token)] = view.id;
+  sessions_[view.id] = Session{view, {}, {}};
+  books_.SessionOpened(view.tenant);
+  return view;
+}
+
+SessionEndReport Registry::EndSession(SessionId id) {
+  SessionEndReport report;
+  Graveyard dead;  // destroyed after the lock is released
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return report;
+  Session session = std::move(it->second);
+  sessions_.erase(it);
+  by_token_.erase(TokenKey(session.view.token));
+  books_.SessionEnded(session.view.tenant);
+  report.session = session.view;
+
+  std::vector<BufferId> touched;
+  for (const auto& [buffer_id, count] : session.leases) {
+    auto b = buffers_.find(buffer_id);
+    if (b == buffers_.end()) continue;
+    b->second.view.leases -= count;
+    report.leases_dropped += count;
+    touched.push_back(buffer_id);
+  }
+  for (BufferId buffer_id : session.owned) {
+    auto b = buffers_.find(buffer_id);
+    if (b == buffers_.end()) continue;
+    b->second.view.owner_session = 0;
+    if (!b->second.view.keep && !b->second.freed) {
+      MarkFreed(b->second);
+      report.buffers_freed++;
+    }
+    touched.push_back(buffer_id);
+  }
+  for (BufferId buffer_id : touched) {
+    const uint64_t bytes = MaybeDestroy(buffer_id, dead);
+    if (bytes > 0) {
+      report.reclaimed_bytes += bytes;
+      report.buffers_destroyed++;
+    }
+  }
+  return report;
+}
+
+absl::StatusOr<SessionView> Registry::Authenticate(const Token& token) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = by_token_.find(TokenKey(token));
+  if (it == by_token_.end()) return absl::UnauthenticatedError("unknown session token");
+  return sessions_.at(it->second).view;
+}
+
+Registry::Session* Registry::FindSession(SessionId id) {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<Registry::Session*> Registry::LiveSession(SessionId id) {
+  if (shutting_down_) return ShuttingDown();
+  Session* s = FindSession(id);
+  if (s == nullptr) return SessionEnded();
+  return s;
+}
+
+void Registry::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  changed_.SignalAll();
+}
+
+bool Registry::shutting_down() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return shutting_down_;
+}
+
+uint64_t Registry::ReleaseAll() {
+  Graveyard dead;
+  uint64_t bytes = 0;
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (auto& [id, b] : buffers_) {
+    bytes += b.view.reserved_size;
+    // Given back through the books, so that the descriptor budget they charge is returned too.
+    books_.ReleaseBuffer(b.view.tenant, b.view.reserved_size, b.owns_descriptor);
+    dead.push_back(std::move(b.memory));
+  }
+  buffers_.clear();
+  names_.Clear();
+  expiries_.clear();
+  sessions_.clear();
+  by_token_.clear();
+  books_.Clear();
+  changed_.SignalAll();
+  return bytes;
+}
+
+}  // namespace gpubroker

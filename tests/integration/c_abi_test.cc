@@ -1,0 +1,260 @@
+// What the C ABI gives bindings (Python's among them) beyond the C++ API:
+// views and DLPack exports that hold a buffer past its handle, the device
+// ordinal, and handles that a forked child cannot use.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "client/src/dlpack_abi.h"
+#include "gpubroker/gpubroker.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/harness.h"
+
+namespace gpubroker::testing {
+namespace {
+
+namespace dl = gpubroker::dlpack;
+
+// A C ABI client on the test's daemon, disconnected at the end.
+class CClient {
+ public:
+  explicit CClient(const std::string& dir) {
+    EXPECT_EQ(gpubroker_connect(dir.c_str(), &c_), GPUBROKER_OK) << gpubroker_last_error();
+  }
+  ~CClient() { gpubroker_disconnect(c_); }
+  gpubroker_client_t* get() const { return c_; }
+
+  nlohmann::json Json(gpubroker_status_t (*call)(gpubroker_client_t*, char**)) const {
+    char* out = nullptr;
+    if (call(c_, &out) != GPUBROKER_OK) {
+      ADD_FAILURE() << gpubroker_last_error();
+      return {};
+    }
+    auto j = nlohmann::json::parse(out);
+    gpubroker_string_free(out);
+    return j;
+  }
+  nlohmann::json Status() const { return Json(gpubroker_status_json); }
+  nlohmann::json List() const { return Json(gpubroker_list_json); }
+  uint64_t UsedBytes() const { return Status()["devices"][0]["used_bytes"]; }
+
+  gpubroker_buffer_t* Allocate(uint64_t size, const char* name, gpubroker_dtype_t dtype,
+                               std::vector<int64_t> shape, std::vector<int64_t> strides = {},
+                               uint64_t byte_offset = 0) const {
+    gpubroker_alloc_options_t o;
+    gpubroker_alloc_options_init(&o);
+    o.name = name;
+    o.dtype = dtype;
+    o.ndim = static_cast<uint32_t>(shape.size());
+    o.shape = shape.data();
+    o.strides = strides.empty() ? nullptr : strides.data();
+    o.byte_offset = byte_offset;
+    gpubroker_buffer_t* b = nullptr;
+    EXPECT_EQ(gpubroker_allocate(c_, size, &o, &b), GPUBROKER_OK) << gpubroker_last_error();
+    return b;
+  }
+
+ private:
+  gpubroker_client_t* c_ = nullptr;
+};
+
+TEST(CAbi, ViewKeepsMappingAndLeaseAfterReleaseUntilItGoes) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.view", GPUBROKER_DTYPE_UINT8, {4096});
+  ASSERT_NE(b, nullptr);
+  auto* data = static_cast<uint8_t*>(gpubroker_buffer_data(b));
+  std::memset(data, 0x5a, 4096);
+  gpubroker_view_t* view = nullptr;
+  ASSERT_EQ(gpubroker_buffer_view(b, &view), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_view_data(view), data);
+
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  // The owner's release frees an unkept buffer, but not while a view holds it.
+  EXPECT_EQ(client.List().size(), 1u);
+  EXPECT_EQ(client.UsedBytes(), 4096u);
+  EXPECT_EQ(data[4095], 0x5a);  // still mapped
+  data[0] = 1;
+
+  gpubroker_view_release(view);
+  EXPECT_TRUE(client.List().empty());
+  EXPECT_EQ(client.UsedBytes(), 0u);
+  gpubroker_view_release(nullptr);
+}
+
+TEST(CAbi, DlpackExportDescribesTheTensorAndHoldsTheBufferUntilItsDeleter) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.dlpack", GPUBROKER_DTYPE_FLOAT32, {4, 8});
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(gpubroker_buffer_device_ordinal(b), -1) << "host memory has no CUDA ordinal";
+
+  void* out = nullptr;
+  ASSERT_EQ(gpubroker_buffer_to_dlpack(b, GPUBROKER_DLPACK_VERSIONED, &out), GPUBROKER_OK)
+      << gpubroker_last_error();
+  auto* v = static_cast<dl::ManagedTensorVersioned*>(out);
+  EXPECT_EQ(v->version.major, 1u);
+  EXPECT_EQ(v->flags, 0u);
+  const dl::Tensor& t = v->dl_tensor;
+  EXPECT_EQ(t.data, gpubroker_buffer_data(b));
+  EXPECT_EQ(t.device.device_type, dl::kCPU);
+  EXPECT_EQ(t.device.device_id, 0);
+  EXPECT_EQ(t.dtype.code, dl::kFloat);
+  EXPECT_EQ(t.dtype.bits, 32);
+  EXPECT_EQ(t.dtype.lanes, 1);
+  ASSERT_EQ(t.ndim, 2);
+  EXPECT_EQ(t.shape[0], 4);
+  EXPECT_EQ(t.shape[1], 8);
+  EXPECT_EQ(t.strides[0], 8);
+  EXPECT_EQ(t.strides[1], 1);
+  EXPECT_EQ(t.byte_offset, 0u);
+
+  void* legacy = nullptr;
+  ASSERT_EQ(gpubroker_buffer_to_dlpack(b, 0, &legacy), GPUBROKER_OK);
+  auto* m = static_cast<dl::ManagedTensor*>(legacy);
+  EXPECT_EQ(m->dl_tensor.data, gpubroker_buffer_data(b));
+  EXPECT_EQ(m->dl_tensor.ndim, 2);
+
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_EQ(client.List().size(), 1u);
+  v->deleter(v);
+  EXPECT_EQ(client.List().size(), 1u) << "the legacy export still holds it";
+  static_cast<float*>(m->dl_tensor.data)[31] = 2.5f;  // still mapped
+  m->deleter(m);
+  EXPECT_TRUE(client.List().empty());
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
+TEST(CAbi, DlpackCarriesStridesOffsetsAndEveryDtype) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  struct Case {
+    gpubroker_dtype_t dtype;
+    uint8_t code, bits;
+  };
+  const Case cases[] = {
+      {GPUBROKER_DTYPE_BOOL, dl::kBool, 8},           {GPUBROKER_DTYPE_INT8, dl::kInt, 8},
+      {GPUBROKER_DTYPE_UINT16, dl::kUInt, 16},        {GPUBROKER_DTYPE_INT64, dl::kInt, 64},
+      {GPUBROKER_DTYPE_FLOAT16, dl::kFloat, 16},      {GPUBROKER_DTYPE_BFLOAT16, dl::kBfloat, 16},
+      {GPUBROKER_DTYPE_FLOAT64, dl::kFloat, 64},      {GPUBROKER_DTYPE_COMPLEX64, dl::kComplex, 64},
+      {GPUBROKER_DTYPE_COMPLEX128, dl::kComplex, 128}};
+  for (const Case& c : cases) {
+    // A transposed 3x4 view (column-major strides) 64 bytes into the buffer.
+    gpubroker_buffer_t* b = client.Allocate(4096, nullptr, c.dtype, {3, 4}, {1, 3}, 64);
+    ASSERT_NE(b, nullptr);
+    void* out = nullptr;
+    ASSERT_EQ(gpubroker_buffer_to_dlpack(b, GPUBROKER_DLPACK_VERSIONED, &out), GPUBROKER_OK);
+    auto* v = static_cast<dl::ManagedTensorVersioned*>(out);
+    EXPECT_EQ(v->dl_tensor.dtype.code, c.code) << c.dtype;
+    EXPECT_EQ(v->dl_tensor.dtype.bits, c.bits) << c.dtype;
+    EXPECT_EQ(v->dl_tensor.data, static_cast<char*>(gpubroker_buffer_data(b)) + 64);
+    EXPECT_EQ(v->dl_tensor.byte_offset, 0u);
+    EXPECT_EQ(v->dl_tensor.strides[0], 1);
+    EXPECT_EQ(v->dl_tensor.strides[1], 3);
+    v->deleter(v);
+    gpubroker_buffer_release(b);
+  }
+
+  // No descriptor: the bytes.
+  gpubroker_buffer_t* raw = nullptr;
+  ASSERT_EQ(gpubroker_allocate(client.get(), 1000, nullptr, &raw), GPUBROKER_OK);
+  void* out = nullptr;
+  ASSERT_EQ(gpubroker_buffer_to_dlpack(raw, GPUBROKER_DLPACK_VERSIONED | GPUBROKER_DLPACK_READ_ONLY,
+                                       &out),
+            GPUBROKER_OK);
+  auto* v = static_cast<dl::ManagedTensorVersioned*>(out);
+  EXPECT_EQ(v->flags, dl::kFlagReadOnly);
+  EXPECT_EQ(v->dl_tensor.dtype.code, dl::kUInt);
+  EXPECT_EQ(v->dl_tensor.dtype.bits, 8);
+  ASSERT_EQ(v->dl_tensor.ndim, 1);
+  EXPECT_EQ(v->dl_tensor.shape[0], 1000);
+  v->deleter(v);
+  EXPECT_EQ(gpubroker_buffer_to_dlpack(raw, 1u << 7, &out), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(gpubroker_buffer_to_dlpack(raw, GPUBROKER_DLPACK_READ_ONLY, &out),
+            GPUBROKER_INVALID_ARGUMENT);
+  void* stream = &out;
+  EXPECT_EQ(gpubroker_buffer_ready_stream(raw, &stream), GPUBROKER_OK);
+  EXPECT_EQ(stream, nullptr) << "host memory has no stream";
+  gpubroker_buffer_release(raw);
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
+// The child checks what it can and cannot do and exits with the number of
+// failed checks; the parent then checks that its session is untouched.
+int ChildAfterFork(gpubroker_client_t* parents, gpubroker_buffer_t* parents_buffer,
+                   const std::string& dir) {
+  int failed = 0;
+  auto expect = [&](bool ok, const char* what) {
+    if (!ok) {
+      std::fprintf(stderr, "child: %s (last error: %s)\n", what, gpubroker_last_error());
+      ++failed;
+    }
+  };
+  expect(gpubroker_client_check(parents) == GPUBROKER_FAILED_PRECONDITION, "client_check");
+  gpubroker_buffer_t* b = nullptr;
+  expect(gpubroker_allocate(parents, 4096, nullptr, &b) == GPUBROKER_FAILED_PRECONDITION,
+         "allocate refused");
+  expect(std::strstr(gpubroker_last_error(), "fork()") != nullptr, "the message names fork()");
+  char* json = nullptr;
+  expect(gpubroker_list_json(parents, &json) == GPUBROKER_FAILED_PRECONDITION, "list refused");
+  expect(gpubroker_buffer_seal(parents_buffer) == GPUBROKER_FAILED_PRECONDITION, "seal refused");
+  gpubroker_view_t* view = nullptr;
+  expect(gpubroker_buffer_view(parents_buffer, &view) == GPUBROKER_FAILED_PRECONDITION,
+         "view refused");
+  // Releasing and disconnecting here must leave the parent's session alone.
+  gpubroker_buffer_release(parents_buffer);
+  gpubroker_disconnect(parents);
+
+  gpubroker_client_t* own = nullptr;
+  expect(gpubroker_connect(dir.c_str(), &own) == GPUBROKER_OK, "connect anew");
+  if (own != nullptr) {
+    expect(gpubroker_allocate(own, 4096, nullptr, &b) == GPUBROKER_OK, "allocate on its own");
+    expect(gpubroker_status_json(own, &json) == GPUBROKER_OK, "status on its own (gRPC)");
+    gpubroker_string_free(json);
+    gpubroker_buffer_release(b);
+    gpubroker_disconnect(own);
+  }
+  return failed;
+}
+
+TEST(CAbi, ForkedChildCannotUseTheParentsHandlesAndLeavesTheSessionAlone) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto* parent = new CClient(daemon.socket_dir());
+  gpubroker_buffer_t* b = parent->Allocate(8192, "c.fork", GPUBROKER_DTYPE_UINT8, {8192});
+  ASSERT_NE(b, nullptr);
+  const uint64_t session = gpubroker_client_session_id(parent->get());
+  EXPECT_NE(session, 0u);
+  EXPECT_STRNE(gpubroker_client_tenant(parent->get()), "");
+  parent->Status();  // the gRPC connection is up before the fork
+
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ::_exit(ChildAfterFork(parent->get(), b, daemon.socket_dir()));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "failed checks in the child (its stderr says which)";
+
+  EXPECT_EQ(gpubroker_client_check(parent->get()), GPUBROKER_OK);
+  const auto buffers = parent->List();
+  ASSERT_EQ(buffers.size(), 1u) << "the child's release freed the parent's buffer";
+  EXPECT_EQ(buffers[0]["name"], "c.fork");
+  EXPECT_EQ(buffers[0]["leases"], 1);
+  EXPECT_EQ(parent->Status()["self"]["session_id"], session);
+  EXPECT_TRUE(Eventually([&] { return parent->Status()["sessions"] == 1; }))
+      << "the child's own session should end, the parent's not";
+  EXPECT_EQ(gpubroker_buffer_seal(b), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_TRUE(parent->List().empty());
+  delete parent;
+}
+
+}  // namespace
+}  // namespace gpubroker::testing

@@ -1,0 +1,3 @@
+#pragma once
+// Deliberately wrong, for the test of the layering check: gRPC in the core.
+#include "grpcpp/grpcpp.h"

@@ -1,0 +1,233 @@
+"""GPU memory across frameworks and processes, no copy: PyTorch, CuPy, JAX,
+Numba. They skip, saying why, where no GPU or framework is present."""
+
+import importlib.util
+import os
+
+import pytest
+
+import gpubroker
+from conftest import eventually
+
+pytestmark = pytest.mark.gpu
+
+JAX_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_PLATFORMS": "cuda"}
+MIB = 1 << 20
+
+
+def need(*modules):
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"not installed here: {', '.join(missing)}")
+
+
+@pytest.fixture
+def gpu_daemon(make_daemon):
+    """The daemon on the CUDA backend; skips where no GPU qualifies."""
+    try:
+        return make_daemon("--backend", "cuda", "--pool-bytes", "16GiB")
+    except RuntimeError as e:
+        pytest.skip(f"no GPU backend here: {str(e).splitlines()[-1][:200]}")
+
+
+def test_torch_produces_cupy_writes_back_jax_reads_one_buffer_no_copy(gpu_daemon, children):
+    need("torch", "cupy", "jax")
+    rows, cols = 4096, 4096  # float32: 64 MiB, so that a copy would show in free memory
+    producer = children(f"""
+        import torch
+        c = gpubroker.connect()
+        buf = c.allocate(shape=({rows}, {cols}), dtype=torch.float32, name="gpu.tri")
+        t = buf.as_torch()
+        assert t.is_cuda and t.data_ptr() == buf.data_ptr, (t.data_ptr(), buf.data_ptr)
+        t.copy_(torch.arange({rows * cols}, dtype=torch.float32, device=t.device).view({rows}, {cols}))
+        buf.seal(torch.cuda.current_stream())   # no synchronize: the fence orders readers
+        say("sealed", buf.device, buf.data_ptr)
+        assert hear() == "written back"
+        torch.cuda.synchronize()
+        say("torch sees", float(t[0, 0]), float(t[-1, -1]), float(t[1, 2]))
+        hear()
+    """, gpu_daemon.dir)
+    words = producer.expect(120).split()
+    assert words[0] == "sealed" and words[1].startswith("GPU-"), words
+
+    consumer = children(f"""
+        import cupy
+        free_before = cupy.cuda.runtime.memGetInfo()[0]
+        c = gpubroker.connect()
+        buf = c.open("gpu.tri", wait=True, timeout=60)
+        a = buf.as_cupy()                       # waits on CuPy's current stream
+        free_after = cupy.cuda.runtime.memGetInfo()[0]
+        same = a.data.ptr == buf.data_ptr
+        n = {rows * cols}
+        ok = bool((a == cupy.arange(n, dtype=cupy.float32).reshape({rows}, {cols})).all())
+        a[0, 0] = -1.0
+        a[-1, -1] = -2.0
+        cupy.cuda.get_current_stream().synchronize()
+        say(same, ok, free_before - free_after, buf.nbytes)
+        hear()
+    """, gpu_daemon.dir)
+    same, ok, grew, nbytes = consumer.expect(120).split()
+    assert same == "True", "CuPy's pointer is not the broker's"
+    assert ok == "True", "CuPy read wrong values"
+    assert int(grew) < int(nbytes) // 2, f"device memory fell by {grew} bytes on open: a copy?"
+
+    reader = children(f"""
+        import jax, jax.numpy as jnp
+        c = gpubroker.connect()
+        buf = c.open("gpu.tri")
+        x = buf.as_jax()
+        same = x.unsafe_buffer_pointer() == buf.data_ptr
+        say(same, float(x[0, 0]), float(x[-1, -1]), float(x[3, 5]), x.dtype, x.shape)
+        hear()
+    """, gpu_daemon.dir, env=JAX_ENV)
+    jax_words = reader.expect(180).split(maxsplit=5)
+    assert jax_words[0] == "True", "JAX's pointer is not the broker's"
+    assert [float(v) for v in jax_words[1:4]] == [-1.0, -2.0, 3 * cols + 5.0]
+    assert jax_words[4] == "float32"
+
+    producer.send("written back")
+    assert producer.expect(60) == f"torch sees -1.0 -2.0 {cols + 2.0}", "PyTorch misses the write-back"
+    for p in (producer, consumer, reader):
+        p.send("done")
+        p.finish(60)
+
+
+def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_daemon, children):
+    need("torch", "cupy")
+    n = 16 * MIB // 4
+    # The consumer comes up first (CUDA's start-up takes a while), then the
+    # producer queues >= 5 s of GPU time before its writes and seals at once.
+    consumer = children("""
+        import cupy
+
+        class NoWait:
+            # The control: the same export with the stream wait removed (-1).
+            def __init__(self, b):
+                self.b = b
+            def __dlpack_device__(self):
+                return self.b.__dlpack_device__()
+            def __dlpack__(self, stream=None, **kw):
+                return self.b.__dlpack__(stream=-1, **kw)
+
+        cupy.zeros(1).sum()
+        c = gpubroker.connect()
+        say("ready")
+        control = cupy.from_dlpack(NoWait(c.open("gpu.fence.0", wait=True, timeout=120)))
+        early = float(control.sum())
+        waited = c.open("gpu.fence.1", wait=True).as_cupy()
+        late = float(waited.sum())
+        say(early, late)
+    """, gpu_daemon.dir)
+    assert consumer.expect(120) == "ready"
+    producer = children(f"""
+        import torch
+        c = gpubroker.connect()
+        bufs = [c.allocate(shape=({n},), dtype="float32", name=f"gpu.fence.{{k}}") for k in (0, 1)]
+        ts = [b.as_torch() for b in bufs]
+        for t in ts:
+            t.fill_(1.0)
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(10_000_000_000)   # >= 5 s of GPU time at <= 2 GHz
+            for t in ts:
+                t.fill_(2.0)
+        for b in bufs:
+            b.seal(side)                        # returns at once: nothing synchronized
+        say("sealed")
+        hear()
+        torch.cuda.synchronize()
+    """, gpu_daemon.dir)
+    assert producer.expect(120) == "sealed"
+    early, late = (float(v) for v in consumer.expect(120).split())
+    assert late == 2.0 * n, "the consumer's stream did not wait for the producer's writes"
+    assert early == 1.0 * n, "the control saw the writes without waiting: the test shows nothing"
+    producer.send("done")
+    producer.finish(60)
+    consumer.finish(60)
+
+
+def test_cuda_array_interface_consumers_share_the_memory(gpu_daemon):
+    need("cupy", "numba")
+    import cupy
+    from numba import cuda
+
+    with gpubroker.connect(gpu_daemon.dir) as c:
+        buf = c.allocate(shape=(256, 4), dtype="float32", name="gpu.cai")
+        cai = buf.__cuda_array_interface__
+        assert cai["version"] == 3 and cai["data"][0] == buf.data_ptr
+        assert cai["stream"] is None, "unsealed: nothing to wait for"
+        with pytest.raises(AttributeError):
+            buf.__array_interface__
+        a = cupy.asarray(buf)  # through the CUDA Array Interface
+        assert a.data.ptr == buf.data_ptr
+        a[:] = 3.0
+        cupy.cuda.get_current_stream().synchronize()
+        buf.seal()
+        stream = buf.__cuda_array_interface__["stream"]
+        assert isinstance(stream, int) and stream not in (0, 1, 2)
+        d = buf.as_numba()
+        assert d.__cuda_array_interface__["data"][0] == buf.data_ptr
+        assert d.copy_to_host().sum() == 3.0 * 1024
+        buf.release()
+        del a, d
+        import gc
+
+        gc.collect()
+        assert eventually(lambda: c.list() == [])
+
+
+def test_share_copies_device_to_device_and_readers_get_the_layout(gpu_daemon, children):
+    need("torch", "cupy")
+    import torch
+
+    t = torch.arange(24, dtype=torch.float16, device="cuda").reshape(4, 6).t()  # transposed
+    with gpubroker.connect(gpu_daemon.dir) as c:
+        buf = c.share(t, name="gpu.shared")
+        assert buf.is_sealed and buf.is_cuda and buf.strides == (1, 6)
+        reader = children("""
+            import cupy
+            b = gpubroker.connect().open("gpu.shared")
+            a = b.as_cupy()
+            ref = cupy.arange(24, dtype=cupy.float16).reshape(4, 6).T
+            say(bool((a == ref).all()), a.strides == ref.strides)
+        """, gpu_daemon.dir)
+        assert reader.expect(120) == "True True"
+        reader.finish(60)
+
+
+def test_bfloat16_through_torch_and_jax(gpu_daemon, children):
+    need("torch", "jax")
+    import torch
+
+    with gpubroker.connect(gpu_daemon.dir) as c:
+        buf = c.share(torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16, device="cuda"),
+                      name="gpu.bf16")  # fmt: skip
+        assert buf.dtype == "bfloat16"
+        reader = children("""
+            b = gpubroker.connect().open("gpu.bf16")
+            x = b.as_jax()
+            say(x.dtype, [float(v) for v in x])
+        """, gpu_daemon.dir, env=JAX_ENV)
+        assert reader.expect(180) == "bfloat16 [1.5, -2.0, 3.25]"
+        reader.finish(60)
+
+
+def test_framework_tensor_keeps_gpu_memory_after_release(gpu_daemon):
+    need("torch")
+    import torch
+
+    with gpubroker.connect(gpu_daemon.dir) as c:
+        buf = c.allocate(shape=(MIB,), dtype="float32", name="gpu.keep")
+        t = buf.as_torch()
+        buf.release()
+        assert [b.name for b in c.list()] == ["gpu.keep"]
+        t.fill_(7.0)
+        assert float(t.sum()) == 7.0 * MIB
+        del t
+        import gc
+
+        gc.collect()
+        assert eventually(lambda: c.list() == [])
+
+
