@@ -59,4 +59,12 @@ timeout "${BENCH_TIMEOUT:-600}" python3 "$bundle/src/bench/python/handover.py" \
   --iterations "${PY_ITERATIONS:-100}" --json-out "$out/bench-python.json" \
   2>"$out/bench-python.err" | tee "$out/bench-python.txt" || status=1
 tail -5 "$out/bench-python.err"
+# The soak on the GPU: 16 clients of mixed calls and SIGKILLs for SOAK_SECONDS
+# (0 skips it): nothing may leak, descriptors and RSS stay flat.
+if [ "${SOAK_SECONDS:-300}" != 0 ]; then
+  echo "== soak on the GPU (${SOAK_SECONDS:-300} s)"
+  gpubroker-soak --backend cuda --duration "${SOAK_SECONDS:-300}" --log "$out/soak" \
+    --json-out "$out/soak.json" >"$out/soak.txt" 2>&1 || status=1
+  tail -12 "$out/soak.txt"
+fi
 exit $status

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "client/src/client_impl.h"
@@ -261,7 +262,9 @@ gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
       if (o->device != nullptr) options.device = o->device;
       if (o->name != nullptr) options.name = o->name;
       options.keep = o->keep != 0;
-      options.ttl = std::chrono::milliseconds(o->ttl_ms);
+      // Saturated, not wrapped: the daemon refuses a TTL over its limit by name.
+      options.ttl = std::chrono::milliseconds(
+          std::min<uint64_t>(o->ttl_ms, std::numeric_limits<int64_t>::max()));
       if (o->dtype != GPUBROKER_DTYPE_UNSPECIFIED) {
         gpubroker::TensorDesc t;
         t.dtype = static_cast<gpubroker::DType>(o->dtype);

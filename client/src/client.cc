@@ -6,6 +6,7 @@
 #include "common/paths.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "common/wire/routing.h"
 
 namespace gpubroker {
 
@@ -129,9 +130,8 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   v1::Call call;
   *call.mutable_allocate() = req;
   v1::Reply reply;
-  const uint64_t quick = impl_->quick_allocation_limit();
-  const bool slow = options.share_with.size() > 0 || (quick != 0 && size >= quick);
-  if (!slow && impl_->Call(std::move(call), &reply)) {
+  if (AllocateIsQuick(req, impl_->quick_allocation_limit()) &&
+      impl_->Call(std::move(call), &reply)) {
     resp = std::move(*reply.mutable_allocate());
   } else {  // slow (a new VMM allocation), or too large for a session frame
     grpc::ClientContext ctx;

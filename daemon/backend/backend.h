@@ -65,6 +65,14 @@ class Backend {
   /// session socket's one thread. Larger ones go through gRPC, whose threads
   /// may take the time a new VMM allocation takes (over 0.1 s at 40 GiB).
   virtual uint64_t QuickAllocationLimit() const { return UINT64_MAX; }
+
+  /// Whether an allocation of `size` makes memory with a descriptor of its own
+  /// (which the daemon holds while the buffer lives) rather than a range of a
+  /// tenant's pool: shares across tenants always do, and on the CUDA backends
+  /// so do the allocations that are not quick (VMM allocations).
+  virtual bool OwnsDescriptor(int /*device*/, uint64_t size, bool isolated) const {
+    return isolated || size >= QuickAllocationLimit();
+  }
 };
 
 }  // namespace gpubroker

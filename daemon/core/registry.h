@@ -25,12 +25,18 @@
 
 namespace gpubroker {
 
+/// The longest TTL a buffer may have (ten years). Longer ones are refused with
+/// INVALID_ARGUMENT rather than saturated: a TTL that large is a mistake (or an
+/// attempt to wrap the expiry time), and a buffer meant to stay uses `keep`.
+inline constexpr uint64_t kMaxTtlMs = uint64_t{10} * 365 * 24 * 3600 * 1000;
+
 struct SessionView {
   SessionId id = 0;
   PeerCredentials peer;
   std::string tenant;
   Token token{};
   std::string client_name;
+  bool admin = false;  // root or the admin group: sees every tenant in Status
 };
 
 struct BufferView {
@@ -64,7 +70,7 @@ struct AllocateParams {
   std::string name;
   std::optional<TensorDesc> tensor;
   bool keep = false;
-  uint64_t ttl_ms = 0;
+  uint64_t ttl_ms = 0;  // 0: none; at most kMaxTtlMs
   std::vector<std::string> share_with;
 };
 
@@ -116,7 +122,7 @@ class Registry {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
-  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {});
+  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, TenantLimits limits = {});
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -183,6 +189,8 @@ class Registry {
   struct Buffer {
     BufferView view;
     bool freed = false;
+    bool in_expiries = false;      // {view.expires_unix_ms, id} is in expiries_
+    bool owns_descriptor = false;  // counted as such in the books
     std::shared_ptr<BackendBuffer> memory;
   };
   // One attempt at an Open: the grant, or why not and whether waiting may
@@ -204,6 +212,8 @@ class Registry {
   absl::StatusOr<Buffer*> FindVisible(const Session& s, const BufferKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Visible(const Buffer& b, const std::string& tenant);
+  /// The buffer as `tenant` may see it.
+  static BufferView ViewFor(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a freed buffer with no lease; its memory goes to `dead`. Returns bytes.

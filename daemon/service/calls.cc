@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/strings.h"
+#include "common/wire/routing.h"
 #include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
@@ -36,6 +37,25 @@ absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateReque
   ToProto(grant->buffer, resp->mutable_buffer());
   ToProto(grant->import, resp->mutable_import());
   return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
+                                        v1::AllocateResponse* resp) {
+  const uint64_t quick = WireQuickAllocationLimit(registry_.backend());
+  if (!AllocateIsQuick(req, quick)) {
+    metrics_.Allocation("invalid", 0);
+    return Refuse(
+        "Allocate", &s,
+        absl::FailedPreconditionError(
+            req.share_with_size() > 0
+                ? std::string("an Allocate shared with other tenants goes through gRPC, not "
+                              "session.sock (it makes a device allocation of its own)")
+                : StrCat("an Allocate of ", req.size(),
+                         " bytes goes through gRPC, not session.sock: this socket serves "
+                         "allocations under quick_allocation_limit (",
+                         quick, " bytes, in Welcome)")));
+  }
+  return Allocate(s, req, resp);
 }
 
 absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req, OpenParams params,

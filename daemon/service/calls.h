@@ -20,6 +20,10 @@ class BrokerCalls {
 
   absl::Status Allocate(const SessionView& s, const v1::AllocateRequest& req,
                         v1::AllocateResponse* resp);
+  /// An Allocate that came on session.sock: FAILED_PRECONDITION unless the
+  /// socket serves it (AllocateIsQuick, the rule Welcome advertises).
+  absl::Status QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
+                             v1::AllocateResponse* resp);
   /// `params` carries what the transport adds (deadline, cancellation); the
   /// request's own fields are applied on top.
   absl::Status Open(const SessionView& s, const v1::OpenRequest& req, OpenParams params,

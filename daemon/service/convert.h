@@ -32,6 +32,8 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
              v1::StatusResponse* out);
 /// The answer to Hello: the session, the daemon, and where the quick calls end.
 void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out);
+/// Welcome.quick_allocation_limit: the backend's limit, 0 for none.
+uint64_t WireQuickAllocationLimit(const Backend& backend);
 AllocateParams FromProto(const v1::AllocateRequest& request);
 /// INVALID_ARGUMENT when the reference names neither an id nor a name.
 absl::StatusOr<BufferKey> FromProto(const v1::BufferRef& ref);

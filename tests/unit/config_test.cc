@@ -172,6 +172,25 @@ TEST(Tenants, RejectsAmbiguity) {
   EXPECT_FALSE(TenantDirectory::Create({{"bad/name", {}, {}, 0}}, 0).ok());
 }
 
+TEST(Tenants, RefusesNamesReservedForUsersNoTenantLists) {
+  auto d = TenantDirectory::Create({{"uid-1000", {2000}, {}, 0}}, 0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("reserved"), std::string::npos) << d.status();
+  EXPECT_FALSE(TenantDirectory::Create({{"uid-x", {}, {}, 0}}, 0).ok());
+  EXPECT_TRUE(TenantDirectory::Create({{"uidx", {}, {}, 0}}, 0).ok());
+}
+
+TEST(Tenants, AdministratorsAreRootAndTheAdminGroup) {
+  auto d = TenantDirectory::Create({}, 0, gid_t{4242});
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->IsAdmin({1, 0, 0, {}}));
+  EXPECT_TRUE(d->IsAdmin({1, 1000, 4242, {}}));
+  EXPECT_TRUE(d->IsAdmin({1, 1000, 1000, {27, 4242}}));
+  EXPECT_FALSE(d->IsAdmin({1, 1000, 1000, {27}}));
+  auto no_group = TenantDirectory::Create({}, 0);
+  EXPECT_FALSE(no_group->IsAdmin({1, 1000, 4242, {4242}}));
+}
+
 TEST(Tensor, ValidatesExtentAgainstTheBuffer) {
   TensorDesc t{12, {4, 8}, {}, 0};  // float32 4x8 = 128 bytes
   EXPECT_TRUE(ValidateTensor(t, 128).ok());
