@@ -290,6 +290,21 @@ gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
   });
 }
 
+gpubroker_status_t gpubroker_allocate_named(gpubroker_client_t* client, uint64_t size,
+                                            const char* name, const gpubroker_alloc_options_t* o,
+                                            gpubroker_buffer_t** out) {
+  gpubroker_alloc_options_t options;
+  if (o == nullptr) {
+    gpubroker_alloc_options_init(&options);
+  } else if (o->struct_size < sizeof(options)) {
+    return gpubroker_allocate(client, size, o, out);  // refuses it, with the reason
+  } else {
+    options = *o;
+  }
+  options.name = name;
+  return gpubroker_allocate(client, size, &options, out);
+}
+
 gpubroker_status_t gpubroker_open(gpubroker_client_t* client, const char* name_or_id,
                                   const gpubroker_open_options_t* o, gpubroker_buffer_t** out) {
   GPUBROKER_CHECK_ARG(client != nullptr && name_or_id != nullptr && out != nullptr);

@@ -274,6 +274,63 @@ TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
+TEST(CAbi, PreparedOptionsServeEveryBufferOfTheirKindWithTheNameBeside) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  const int64_t shape[] = {16, 4};
+  gpubroker_alloc_options_t kind;
+  gpubroker_alloc_options_init(&kind);
+  kind.name = "ignored";
+  kind.dtype = GPUBROKER_DTYPE_FLOAT64;
+  kind.ndim = 2;
+  kind.shape = shape;
+  const gpubroker_alloc_options_t before = kind;
+
+  gpubroker_buffer_t* a = nullptr;
+  gpubroker_buffer_t* b = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.a", &kind, &a), GPUBROKER_OK)
+      << gpubroker_last_error();
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.b", &kind, &b), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(std::memcmp(&kind, &before, sizeof(kind)), 0) << "the options are only read";
+  for (auto [buffer, name] : {std::pair{a, "c.named.a"}, std::pair{b, "c.named.b"}}) {
+    gpubroker_buffer_facts_t f;
+    f.struct_size = sizeof(f);
+    ASSERT_EQ(gpubroker_buffer_get_facts(buffer, &f), GPUBROKER_OK);
+    EXPECT_STREQ(f.name, name);
+    EXPECT_EQ(f.dtype, GPUBROKER_DTYPE_FLOAT64);
+    ASSERT_EQ(f.ndim, 2u);
+    EXPECT_EQ(f.shape[0], 16);
+  }
+  const auto listed = client.List();
+  ASSERT_EQ(listed.size(), 2u);
+  for (const auto& j : listed) {
+    EXPECT_NE(j["name"], "ignored");
+    EXPECT_EQ(j["tensor"]["dtype"], "float64") << j.dump();
+  }
+
+  gpubroker_buffer_t* c = nullptr;
+  EXPECT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.a", &kind, &c),
+            GPUBROKER_ALREADY_EXISTS);
+  EXPECT_EQ(c, nullptr);
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 64, nullptr, nullptr, &c), GPUBROKER_OK);
+  EXPECT_STREQ(gpubroker_buffer_name(c), "") << "no name: unnamed";
+  gpubroker_buffer_release(c);
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 64, "c.named.c", nullptr, &c), GPUBROKER_OK);
+  EXPECT_STREQ(gpubroker_buffer_name(c), "c.named.c");
+  gpubroker_buffer_release(c);
+  kind.struct_size = 4;
+  EXPECT_EQ(gpubroker_allocate_named(client.get(), 64, "c.named.d", &kind, &c),
+            GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(gpubroker_last_error(), "struct_size"), nullptr) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_allocate_named(nullptr, 64, "c.named.d", nullptr, &c),
+            GPUBROKER_INVALID_ARGUMENT);
+  gpubroker_buffer_release(a);
+  gpubroker_buffer_release(b);
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
 TEST(CAbi, DlpackExportOnAStreamIsTheExportAndRefusesWhatItRefuses) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());

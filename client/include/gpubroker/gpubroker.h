@@ -168,6 +168,15 @@ GPUBROKER_C_API const char* gpubroker_client_tenant(const gpubroker_client_t* cl
 GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
                                                       const gpubroker_alloc_options_t* options,
                                                       gpubroker_buffer_t** out);
+/**
+ * @brief gpubroker_allocate with the buffer's name given beside the options
+ * (whose `name` is ignored; NULL or "": unnamed), so that a caller may prepare
+ * the options of a kind of buffer once and pass them for every buffer of it
+ * (the library only reads them). options may be NULL.
+ */
+GPUBROKER_C_API gpubroker_status_t
+gpubroker_allocate_named(gpubroker_client_t* client, uint64_t size, const char* name,
+                         const gpubroker_alloc_options_t* options, gpubroker_buffer_t** out);
 /** @brief Opens a buffer by name, or by id when name_or_id is all digits. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_open(gpubroker_client_t* client,
                                                   const char* name_or_id,
