@@ -273,9 +273,15 @@ class Run:
         args = (child_end, self.inbox, self.outbox, socket_dir, gpu, kinds)
         self.proc = ctx.Process(target=child, args=args, daemon=True)
         self.proc.start()
-        if not self.conn.poll(300):
-            raise RuntimeError("B did not start in 300 s")
-        assert self.conn.recv() == "ready"
+        child_end.close()  # B's end is B's alone: its death is an EOF here
+        try:
+            if not self.conn.poll(300):
+                raise EOFError
+            assert self.conn.recv() == "ready"
+        except EOFError:
+            self.proc.join(5)
+            raise RuntimeError(f"B did not start (exit status {self.proc.exitcode}; its stderr "
+                               "says why)") from None  # fmt: skip
         self.client = gpubroker.connect(socket_dir)
         self.marks: Dict[Tuple[str, int], List[Tuple[str, int]]] = {}
         self.after: Dict[Tuple[str, int], int] = {}
