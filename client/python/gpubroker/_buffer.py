@@ -282,7 +282,7 @@ class Buffer:
             if self.device_id < 0 or stream == -1:
                 rc = lib.buffer_to_dlpack(h, flags, byref(out))
             else:  # the consumer's stream waits for the sealed writes, in the same call
-                s = stream if stream is None or type(stream) is int else _interop.stream_handle(stream)
+                s = stream if type(stream) is int else _interop.stream_handle(stream)
                 rc = lib.buffer_to_dlpack_on(h, flags, s, byref(out))
         if rc:
             raise lib.error(rc)
