@@ -118,7 +118,7 @@ def ratios(gpu: bool, producer: str, by_size: Dict[str, Dict[str, Any]]) -> Dict
                     "what": what.format(a=producer, cupy=fw), "ours_us": p50[ours],
                     "theirs_us": p50[theirs], "ratio": round(p50[theirs] / p50[ours], 2)}
         if "pipe-ping" in p50 and "broker-cupy" in p50:
-            r["broker-cupy less one Pipe round trip"] = {
+            r["gpubroker's hand-over less one Pipe round trip"] = {
                 "what": "the broker and the frameworks, without the channel",
                 "us": round(p50["broker-cupy"] - p50["pipe-ping"], 1)}
         out[label] = r
