@@ -44,4 +44,19 @@ absl::Status ValidateName(std::string_view name) {
 
 absl::Status ValidateTenantName(std::string_view name) { return Validate("tenant name", name, 64); }
 
+absl::StatusOr<NameRef> ParseNameRef(std::string_view ref) {
+  NameRef out;
+  out.name = ref;
+  if (const auto slash = ref.find('/'); slash != std::string_view::npos) {
+    out.tenant = ref.substr(0, slash);
+    out.name = ref.substr(slash + 1);
+    if (auto s = ValidateTenantName(out.tenant); !s.ok()) {
+      return absl::InvalidArgumentError(StrCat("in '", ref.substr(0, 200), "': ", s.message(),
+                                               " (a reference is NAME or TENANT/NAME)"));
+    }
+  }
+  if (auto s = ValidateName(out.name); !s.ok()) return s;
+  return out;
+}
+
 }  // namespace gpubroker

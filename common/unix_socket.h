@@ -17,6 +17,7 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups (SO_PEERGROUPS), where the kernel gives them
 };
 
 /// A listening SOCK_STREAM socket bound to `path` with permissions `mode`.
@@ -26,13 +27,20 @@ absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode, int ba
 /// Connects to a path socket. Close-on-exec.
 absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path);
 
-/// Credentials of the process that connected (SO_PEERCRED, taken at connect time).
+/// Credentials of the process that connected (SO_PEERCRED and SO_PEERGROUPS,
+/// taken at connect time).
 absl::StatusOr<PeerCredentials> GetPeerCredentials(int fd);
 
 /// Writes all of `bytes`, attaching `pass_fd` (if >= 0) to the first byte.
 /// Blocks on a blocking socket; on a non-blocking one, fails with
 /// UNAVAILABLE when the peer's buffer is full. Never raises SIGPIPE.
 absl::Status SendAll(int fd, std::string_view bytes, int pass_fd = -1);
+
+/// Writes what the socket takes now of `bytes` (non-blocking), attaching
+/// `pass_fd` (if >= 0) to the first byte written. Returns the bytes written:
+/// 0 when the peer's buffer is full (nothing written, the descriptor not sent).
+/// Never raises SIGPIPE; UNAVAILABLE when the peer is gone.
+absl::StatusOr<size_t> SendSome(int fd, std::string_view bytes, int pass_fd = -1);
 
 struct Received {
   size_t bytes = 0;

@@ -30,9 +30,11 @@
 #include "daemon/logging.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/broker_service.h"
+#include "daemon/service/grpc_acceptor.h"
 #include "daemon/service/tcp_health.h"
 #include "daemon/session/session_server.h"
 #include "daemon/systemd.h"
+#include "daemon/util/descriptors.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -186,7 +188,11 @@ absl::Status Daemon::StartGrpc() {
   facts.socket_dir = options_.socket_dir;
   facts.metrics_address = metrics_bound_;
   facts.started_unix_ms = absl::ToUnixMillis(absl::Now());
-  service_ = std::make_unique<BrokerService>(*calls_, *status_, facts);
+  service_ = std::make_unique<BrokerService>(
+      *calls_, *status_, facts, [this](std::string_view peer) -> std::optional<PeerCredentials> {
+        // Calls arrive only on connections the acceptor handed to gRPC.
+        return grpc_acceptor_ ? grpc_acceptor_->PeerOf(peer) : std::nullopt;
+      });
 
   grpc::EnableDefaultHealthCheckService(true);
   // Reflection lists the services and hands out their descriptors: what a
@@ -195,20 +201,22 @@ absl::Status Daemon::StartGrpc() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (!options_.grpc_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
-  builder.AddListeningPort(StrCat("unix:", grpc_path_), grpc::InsecureServerCredentials());
+  // No listening port: the acceptor takes gpubroker.sock's connections and
+  // hands them to the server (see GrpcAcceptor for why).
   builder.RegisterService(service_.get());
   grpc::ResourceQuota quota("gpubrokerd");
   quota.SetMaxThreads(1024);  // Open(wait) holds a thread while it waits
   builder.SetResourceQuota(quota);
-  // gRPC creates the socket file itself: make it 0660 from the first instant.
-  const mode_t old_umask = ::umask(0117);
   server_ = builder.BuildAndStart();
-  ::umask(old_umask);
-  if (!server_) {
-    return absl::FailedPreconditionError(StrCat("cannot serve gRPC on ", grpc_path_));
-  }
+  if (!server_) return absl::FailedPreconditionError("cannot start the gRPC server");
   SetServing(false);
-  return SetSocketOwner(grpc_path_, options_.socket_group);
+  GPUBROKER_ASSIGN_OR_RETURN(auto listener, ListenUnix(grpc_path_, kSocketMode));
+  GPUBROKER_RETURN_IF_ERROR(SetSocketOwner(grpc_path_, options_.socket_group));
+  GrpcAcceptor::Options acceptor_options;
+  acceptor_options.max_connections_per_uid = options_.max_grpc_connections_per_uid;
+  grpc_acceptor_ =
+      std::make_unique<GrpcAcceptor>(*descriptors_, *reserve_, *metrics_, acceptor_options);
+  return grpc_acceptor_->Start(std::move(listener), server_.get());
 }
 
 absl::Status Daemon::StartHealth() {
@@ -221,6 +229,13 @@ absl::Status Daemon::StartHealth() {
 }
 
 absl::Status Daemon::Start() {
+  // Every client connection and every shared buffer costs a descriptor.
+  const DescriptorLimit limit = RaiseDescriptorLimit();
+  if (limit.soft != limit.was) {
+    spdlog::info("descriptor limit raised from {} to {}", limit.was, limit.soft);
+  }
+  descriptors_ = std::make_unique<DescriptorBudget>(DescriptorBudget::LimitFor(limit.soft));
+  reserve_ = std::make_unique<ReserveDescriptor>();
   GPUBROKER_RETURN_IF_ERROR(PrepareSocketDir());
 
   GPUBROKER_ASSIGN_OR_RETURN(auto choice, CreateBackend(options_));
@@ -228,9 +243,19 @@ absl::Status Daemon::Start() {
   backend_why_ = choice.why;
 
   GPUBROKER_ASSIGN_OR_RETURN(auto tenants, Check(options_));
-  registry_ = std::make_unique<Registry>(*backend_, std::move(tenants));
+  TenantLimits limits;
+  limits.max_buffers_per_tenant = options_.max_buffers_per_tenant;
+  limits.max_descriptors_per_tenant = options_.max_descriptors_per_tenant;
+  limits.descriptors = descriptors_.get();
+  registry_ = std::make_unique<Registry>(*backend_, std::move(tenants), Registry::Clock(), limits);
 
-  status_ = std::make_unique<NodeStatusCollector>(*registry_, *backend_);
+  status_ =
+      std::make_unique<NodeStatusCollector>(*registry_, *backend_, [this](NodeStatus::Process& p) {
+        // Read at scrape and Status time only, once every part is up.
+        p.session_connections = sessions_ ? sessions_->connections() : 0;
+        p.grpc_connections = grpc_acceptor_ ? grpc_acceptor_->connections() : 0;
+        p.client_descriptors = descriptors_->in_use();
+      });
   metrics_ = std::make_unique<Metrics>(*status_);
   GPUBROKER_RETURN_IF_ERROR(StartMetrics());
 
@@ -238,8 +263,9 @@ absl::Status Daemon::Start() {
   GPUBROKER_RETURN_IF_ERROR(SetSocketOwner(session_path_, options_.socket_group));
   SessionServer::Options session_options;
   session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
+  session_options.max_sessions_per_uid = options_.max_sessions_per_uid;
   calls_ = std::make_unique<BrokerCalls>(*registry_, *metrics_);
-  sessions_ = std::make_unique<SessionServer>(*calls_, session_options);
+  sessions_ = std::make_unique<SessionServer>(*calls_, *descriptors_, *reserve_, session_options);
 
   GPUBROKER_RETURN_IF_ERROR(StartGrpc());
   GPUBROKER_RETURN_IF_ERROR(StartHealth());
@@ -274,7 +300,20 @@ absl::StatusOr<TenantDirectory> Daemon::Check(const DaemonOptions& options) {
       return absl::InvalidArgumentError(StrCat("socket_group: ", gid.status().message()));
     }
   }
-  auto tenants = TenantDirectory::Create(options.tenants, options.default_quota_bytes);
+  std::optional<gid_t> admin_gid;
+  if (!options.admin_group.empty()) {
+    gid_t gid = 0;
+    if (ParseInt(options.admin_group, &gid)) {
+      admin_gid = gid;
+    } else if (auto found = LookupGroup(options.admin_group); found.ok()) {
+      admin_gid = *found;
+    } else {
+      return absl::InvalidArgumentError(StrCat("admin_group: ", found.status().message()));
+    }
+  }
+  // The directory refuses tenant names that are reserved (uid-<n>) at start
+  // and on every reload alike.
+  auto tenants = TenantDirectory::Create(options.tenants, options.default_quota_bytes, admin_gid);
   if (!tenants.ok())
     return absl::InvalidArgumentError(StrCat("tenants: ", tenants.status().message()));
   return tenants;
@@ -322,7 +361,8 @@ std::vector<std::string> TenantChanges(const TenantDirectory& before,
 
 // Options that a reload applies; any other change waits for a restart.
 bool Reloadable(const std::string& flag) {
-  return flag == "config" || flag == "log-level" || flag == "default-quota";
+  return flag == "config" || flag == "log-level" || flag == "default-quota" ||
+         flag == "admin-group";
 }
 
 }  // namespace
@@ -357,7 +397,8 @@ absl::Status Daemon::Reload(const DaemonOptions& options) {
   options_.tenants = options.tenants;
   options_.default_quota_bytes = options.default_quota_bytes;
   options_.log_level = options.log_level;
-  for (const char* flag : {"config", "log-level", "default-quota"}) {
+  options_.admin_group = options.admin_group;
+  for (const char* flag : {"config", "log-level", "default-quota", "admin-group"}) {
     if (auto it = options.given.find(flag); it != options.given.end()) {
       options_.given[flag] = it->second;
     } else {
@@ -446,6 +487,7 @@ void Daemon::Shutdown() {
   if (registry_) registry_->BeginShutdown();
   if (sessions_) sessions_->Stop();
   spdlog::debug("sessions ended");
+  if (grpc_acceptor_) grpc_acceptor_->Stop();
   // In-flight calls already answer UNAVAILABLE (the registry is shutting down);
   // the grace period only has to let those answers out.
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
@@ -462,6 +504,7 @@ void Daemon::Shutdown() {
   StopExposer(exposer_, metrics_bound_);
   spdlog::debug("metrics stopped");
   server_.reset();
+  grpc_acceptor_.reset();
   health_.reset();
   service_.reset();
   sessions_.reset();

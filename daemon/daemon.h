@@ -26,6 +26,9 @@ class Metrics;
 class SessionServer;
 class BrokerService;
 class BrokerCalls;
+class GrpcAcceptor;
+class DescriptorBudget;
+class ReserveDescriptor;
 class TcpHealthServer;
 
 /// gpubrokerd's parts, wired together: backend, registry, session socket,
@@ -45,8 +48,8 @@ class Daemon {
   /// removes the sockets. Idempotent.
   void Shutdown();
 
-  /// Puts a re-read configuration in force (SIGHUP): tenants, quotas and the
-  /// log level change at once and no session is dropped; a change to any
+  /// Puts a re-read configuration in force (SIGHUP): tenants, quotas, the
+  /// admin group and the log level change at once and no session is dropped; a change to any
   /// other option is logged as taking effect at the next restart. A
   /// configuration that fails Check is refused with an error in the log, and
   /// the running one stays.
@@ -76,6 +79,8 @@ class Daemon {
   UniqueFd lock_fd_;
   std::string backend_why_;
   std::string metrics_bound_;
+  std::unique_ptr<DescriptorBudget> descriptors_;
+  std::unique_ptr<ReserveDescriptor> reserve_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<NodeStatusCollector> status_;
@@ -85,6 +90,7 @@ class Daemon {
   std::unique_ptr<SessionServer> sessions_;
   std::unique_ptr<BrokerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<TcpHealthServer> health_;  // --health-address
   std::string health_bound_;
   absl::Notification stop_reaper_;

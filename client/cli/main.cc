@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -68,7 +69,8 @@ void ReportError(bool json, const std::string& code, const std::string& reason,
 std::chrono::milliseconds Duration(const std::string& text, const char* what) {
   auto ms = gpubroker::ParseDurationMs(text);
   if (!ms.ok()) throw UsageError{StrCat(what, ": ", gpubroker::View(ms.status().message()))};
-  return std::chrono::milliseconds(*ms);
+  // Saturated, not wrapped: the daemon refuses a TTL over its limit by name.
+  return std::chrono::milliseconds(std::min<uint64_t>(*ms, std::numeric_limits<int64_t>::max()));
 }
 
 gpubroker::Client Connect(const Settings& s) {

@@ -90,6 +90,9 @@ void PrintStatus(std::ostream& out, const BrokerStatus& s) {
                     StrCat(t.sessions)});
   }
   PrintTable(out, rows);
+  if (!s.all_tenants) {
+    out << "(this tenant only: root and the daemon's admin group see every tenant)\n";
+  }
 }
 
 void PrintBuffers(std::ostream& out, const std::vector<BufferInfo>& buffers) {
@@ -134,6 +137,7 @@ std::string TopFrame(const BrokerStatus& s, std::vector<BufferInfo> buffers, siz
                     StrCat(t.sessions), Bar(t.used_bytes, t.quota_bytes)});
   }
   PrintTable(out, rows);
+  if (!s.all_tenants) out << "(this tenant only)\n";
   out << "\n";
 
   std::sort(buffers.begin(), buffers.end(), [](const BufferInfo& a, const BufferInfo& b) {

@@ -18,6 +18,20 @@ bool ParseBufferId(std::string_view s, BufferId* id) {
 }
 }  // namespace detail
 
+namespace {
+
+// Takes the daemon's description of a buffer this handle has just published,
+// keeping the handle's own name and tensor where they are: the pointers that
+// gpubroker_buffer_get_facts and gpubroker_buffer_tensor handed out before
+// the publication stay valid for the handle's life.
+void AdoptPublished(BufferInfo& info, BufferInfo published) {
+  published.name = std::move(info.name);
+  published.tensor = std::move(info.tensor);
+  info = std::move(published);
+}
+
+}  // namespace
+
 const char* ClientVersion() { return kVersion; }
 
 // Buffer ---------------------------------------------------------------------
@@ -62,14 +76,15 @@ const BufferInfo& Buffer::info() const noexcept {
 void Buffer::publish() {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "publish on an empty Buffer handle");
   const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
-  if (block != nullptr && info_.id == 0) info_ = impl_->Publish(*block, info_, false);
+  if (block != nullptr && info_.id == 0)
+    AdoptPublished(info_, impl_->Publish(*block, info_, false));
 }
 
 void Buffer::EnsurePublished() const noexcept {
   const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
   if (!impl_ || block == nullptr) return;
   try {
-    info_ = impl_->Publish(*block, info_, false);
+    AdoptPublished(info_, impl_->Publish(*block, info_, false));
   } catch (const std::exception& e) {
     // Still private, with id 0: an open elsewhere finds nothing to open.
     detail::ClientImpl::Debug(StrCat("publish of a client-made buffer failed: ", e.what()));
@@ -83,7 +98,7 @@ void Buffer::seal(void* stream) {
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
   if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
-    info_ = impl_->Publish(*block, info_, true);  // name and seal in one frame
+    AdoptPublished(info_, impl_->Publish(*block, info_, true));  // name and seal in one frame
     return;
   }
   v1::Call call;

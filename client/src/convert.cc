@@ -28,6 +28,7 @@ v1::BufferRef ToRef(BufferId id, std::string_view name) {
 }
 
 v1::AllocateRequest ToAllocateRequest(uint64_t size, const AllocateOptions& options) {
+  if (options.ttl.count() < 0) ThrowError(ErrorCode::kInvalidArgument, "ttl must not be negative");
   v1::AllocateRequest req;
   req.set_size(size);
   req.set_device(options.device);
@@ -89,6 +90,8 @@ BrokerStatus FromProto(const v1::StatusResponse& r) {
   s.started_unix_ms = r.started_unix_ms();
   s.self_session_id = r.self().session_id();
   s.self_tenant = r.self().tenant();
+  s.self_admin = r.self().admin();
+  s.all_tenants = r.all_tenants();
   return s;
 }
 

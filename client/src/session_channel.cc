@@ -23,11 +23,19 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   v1::SessionFrame hello;
   hello.mutable_hello()->set_protocol_version(kProtocolVersion);
   hello.mutable_hello()->set_client_name(client_name);
-  if (auto s = SendAll(fd_.get(), EncodeFrame(hello)); !s.ok()) {
-    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
-  }
+  const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));
   std::lock_guard lock(mu_);
-  v1::SessionFrame reply = ReadFrame(timeout, nullptr);
+  v1::SessionFrame reply;
+  try {
+    reply = ReadFrame(timeout, nullptr);
+  } catch (const Error&) {
+    // A daemon that turns a connection away (too many of this uid's, or no
+    // descriptors left) says why and closes, maybe before our Hello arrived:
+    // its answer is what to report, not the failed write.
+    if (!sent.ok())
+      ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(sent.message())));
+    throw;
+  }
   if (reply.has_error()) ThrowErrorFrame(reply.error());
   if (!reply.has_welcome() || reply.welcome().token().size() != 16) {
     ThrowError(ErrorCode::kInternal, "session.sock: the daemon did not answer Hello with Welcome");

@@ -96,16 +96,19 @@ std::string ToJson(const BrokerStatus& s) {
                        {"range_bytes", t.range_bytes},
                        {"ranges", t.ranges}});
   }
-  nlohmann::json j = {{"version", s.version},
-                      {"backend", s.backend},
-                      {"devices", devices},
-                      {"tenants", tenants},
-                      {"sessions", s.sessions},
-                      {"buffers", s.buffers},
-                      {"metrics_address", s.metrics_address},
-                      {"socket_dir", s.socket_dir},
-                      {"started_unix_ms", s.started_unix_ms},
-                      {"self", {{"session_id", s.self_session_id}, {"tenant", s.self_tenant}}}};
+  nlohmann::json j = {
+      {"version", s.version},
+      {"backend", s.backend},
+      {"devices", devices},
+      {"tenants", tenants},
+      {"sessions", s.sessions},
+      {"buffers", s.buffers},
+      {"metrics_address", s.metrics_address},
+      {"socket_dir", s.socket_dir},
+      {"started_unix_ms", s.started_unix_ms},
+      {"all_tenants", s.all_tenants},
+      {"self",
+       {{"session_id", s.self_session_id}, {"tenant", s.self_tenant}, {"admin", s.self_admin}}}};
   return j.dump();
 }
 

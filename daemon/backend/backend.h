@@ -103,6 +103,13 @@ class Backend {
   virtual void SetMappingHolders(MappingHolders* /*holders*/) {}
   /// The last session that kept `id` mapped has unmapped it (or ended).
   virtual void AllocationUnheld(AllocationId /*id*/) {}
+  /// Whether an allocation of `size` makes memory with a descriptor of its own
+  /// (which the daemon holds while the buffer lives) rather than a range of a
+  /// tenant's pool: shares across tenants always do, and on the CUDA backends
+  /// so do the allocations that are not quick (VMM allocations).
+  virtual bool OwnsDescriptor(int /*device*/, uint64_t size, bool isolated) const {
+    return isolated || size >= QuickAllocationLimit();
+  }
 };
 
 }  // namespace gpubroker

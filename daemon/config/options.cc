@@ -1,5 +1,7 @@
 #include "daemon/config/options.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -45,6 +47,16 @@ absl::StatusOr<uint64_t> ParseQuota(std::string_view value) {
   const std::string v = ToLower(Trim(value));
   if (v == "unlimited" || v == "none") return 0;
   return ParseBytes(v);
+}
+
+// A count limit: a whole number, 0 meaning none.
+absl::Status SetCount(uint32_t& field, std::string_view value) {
+  uint64_t n = 0;
+  if (!ParseInt(Trim(value), &n) || n > 0xffffffffu) {
+    return absl::InvalidArgumentError(StrCat("'", value, "' is not a count (0 for no limit)"));
+  }
+  field = static_cast<uint32_t>(n);
+  return absl::OkStatus();
 }
 
 const std::vector<OptionSpec> kOptions = {
@@ -99,6 +111,10 @@ const std::vector<OptionSpec> kOptions = {
     {"socket-group", "GPUBROKER_SOCKET_GROUP", "socket_group", "GROUP", "the daemon's group",
      "Group that owns the sockets (mode 0660): the users who may connect.",
      [](DaemonOptions& o, std::string_view v) { return SetString(o.socket_group, v); }},
+    {"admin-group", "GPUBROKER_ADMIN_GROUP", "admin_group", "GROUP", "none (root only)",
+     "Group (name or gid) whose members see every tenant in Status, as root does; others see "
+     "their own tenant and the node's totals.",
+     [](DaemonOptions& o, std::string_view v) { return SetString(o.admin_group, v); }},
     {"hello-timeout", "GPUBROKER_HELLO_TIMEOUT", "hello_timeout", "DURATION", "5s",
      "A client that connects to session.sock and says nothing is dropped after this.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
@@ -144,6 +160,25 @@ const std::vector<OptionSpec> kOptions = {
        GPUBROKER_ASSIGN_OR_RETURN(auto bytes, ParseBytes(v));
        o.pool_retain = bytes;
        return absl::OkStatus();
+     }},
+    {"max-sessions-per-uid", "GPUBROKER_MAX_SESSIONS_PER_UID", "max_sessions_per_uid", "N", "256",
+     "Connections to session.sock one uid may hold (each client process holds one); 0: no cap.",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_sessions_per_uid, v); }},
+    {"max-grpc-connections-per-uid", "GPUBROKER_MAX_GRPC_CONNECTIONS_PER_UID",
+     "max_grpc_connections_per_uid", "N", "256",
+     "Connections to gpubroker.sock one uid may hold; 0: no cap.",
+     [](DaemonOptions& o, std::string_view v) {
+       return SetCount(o.max_grpc_connections_per_uid, v);
+     }},
+    {"max-buffers-per-tenant", "GPUBROKER_MAX_BUFFERS_PER_TENANT", "max_buffers_per_tenant", "N",
+     "65536", "Buffers one tenant may hold at once; 0: no cap.",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_buffers_per_tenant, v); }},
+    {"max-descriptors-per-tenant", "GPUBROKER_MAX_DESCRIPTORS_PER_TENANT",
+     "max_descriptors_per_tenant", "N", "1024",
+     "Buffers with a descriptor of their own (shares across tenants, VMM buffers) one tenant may "
+     "hold at once: the daemon keeps a descriptor open for each; 0: no cap.",
+     [](DaemonOptions& o, std::string_view v) {
+       return SetCount(o.max_descriptors_per_tenant, v);
      }},
     {"grpc-reflection", "GPUBROKER_GRPC_REFLECTION", "grpc_reflection", "", "off",
      "Serve gRPC server reflection (grpc.reflection.v1alpha) on gpubroker.sock, so that "
@@ -325,7 +360,12 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
   }
   if (!config.empty()) {
     std::ifstream in(config);
-    if (!in) return absl::InvalidArgumentError(StrCat("cannot read config file ", config));
+    // The reason matters under systemd, where ProtectHome= makes a file in
+    // /home unreadable although it exists.
+    if (!in) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot read config file ", config, ": ", std::strerror(errno)));
+    }
     std::stringstream text;
     text << in.rdbuf();
     GPUBROKER_RETURN_IF_ERROR(ApplyConfigYaml(text.str(), config, out.options));

@@ -24,6 +24,7 @@ struct DaemonOptions {
   std::string log_level = "info";
   std::string config_file;
   std::string socket_group;
+  std::string admin_group;  // its members (and root) see every tenant in Status
   uint64_t hello_timeout_ms = 5000;
   uint64_t default_quota_bytes = 0;  // 0: unlimited
   std::string devices;               // CUDA devices by UUID or ordinal; empty: all
@@ -31,8 +32,12 @@ struct DaemonOptions {
   uint64_t vmm_threshold = uint64_t{2} << 30;
   uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
   std::string small_buffers = "arena";       // "arena" or "pool"
-  bool grpc_reflection = false;              // serve grpc.reflection on gpubroker.sock
-  std::vector<TenantSpec> tenants;           // config file only
+  uint32_t max_sessions_per_uid = 256;       // 0: no cap
+  uint32_t max_grpc_connections_per_uid = 256;
+  uint32_t max_buffers_per_tenant = 65536;
+  uint32_t max_descriptors_per_tenant = 1024;
+  bool grpc_reflection = false;     // serve grpc.reflection on gpubroker.sock
+  std::vector<TenantSpec> tenants;  // config file only
   // Option flag -> the text that set it, from whichever source won (file,
   // environment, flag); unset options are absent. A reload compares these.
   std::map<std::string, std::string> given;

@@ -5,12 +5,14 @@
 
 namespace gpubroker {
 
-NodeStatusCollector::NodeStatusCollector(const Registry& registry, const Backend& backend)
-    : registry_(registry), backend_(backend) {}
+NodeStatusCollector::NodeStatusCollector(const Registry& registry, const Backend& backend,
+                                         ProcessProbe probe)
+    : registry_(registry), backend_(backend), probe_(std::move(probe)) {}
 
 NodeStatus NodeStatusCollector::Collect() const {
   NodeStatus status;
   status.backend = std::string(backend_.name());
+  if (probe_) probe_(status.process);
   registry_.AddBooksTo(status);
   const auto& devices = backend_.devices();
   for (size_t i = 0; i < devices.size(); ++i) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,15 @@ struct NodeStatus {
     uint64_t bytes = 0;
   };
 
+  /// The daemon process's connections and descriptors.
+  struct Process {
+    uint64_t session_connections = 0;  // on session.sock, Hello said or not
+    uint64_t grpc_connections = 0;
+    uint64_t client_descriptors = 0;  // charged to the descriptor budget
+  };
+
   std::string backend;
+  Process process;
   std::vector<Device> devices;
   std::vector<Tenant> tenants;  // by name; configured tenants with nothing held too
   std::vector<Cell> cells;      // by device, then tenant
@@ -71,12 +80,16 @@ struct NodeStatus {
 /// Thread-safe; takes the registry's lock once and calls the backend outside it.
 class NodeStatusCollector {
  public:
-  NodeStatusCollector(const Registry& registry, const Backend& backend);
+  /// Fills in NodeStatus::Process (the wiring knows the sockets).
+  using ProcessProbe = std::function<void(NodeStatus::Process&)>;
+
+  NodeStatusCollector(const Registry& registry, const Backend& backend, ProcessProbe probe = {});
   NodeStatus Collect() const;
 
  private:
   const Registry& registry_;
   const Backend& backend_;
+  const ProcessProbe probe_;
 };
 
 }  // namespace gpubroker

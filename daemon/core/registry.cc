@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_join.h"
@@ -20,6 +21,14 @@ using registry_internal::ShuttingDown;
 
 namespace {
 
+// Unix ms at which a TTL that starts at `now` passes, without signed overflow
+// (ttl_ms is at most kMaxTtlMs, checked before this is called).
+int64_t ExpiryTime(int64_t now, uint64_t ttl_ms) {
+  const auto ttl = static_cast<int64_t>(std::min<uint64_t>(ttl_ms, kMaxTtlMs));
+  if (now > std::numeric_limits<int64_t>::max() - ttl) return std::numeric_limits<int64_t>::max();
+  return now + ttl;
+}
+
 // Waits are cut into slices so that a cancelled call is noticed promptly.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
@@ -30,6 +39,16 @@ std::string BufferKey::ToString() const {
 }
 
 // Buffers ------------------------------------------------------------------
+
+BufferView Registry::ViewFor(const Buffer& b, const std::string& tenant) {
+  if (b.view.tenant == tenant) return b.view;
+  // Another tenant learns that the buffer is shared with it, not with whom
+  // else, nor which of the owner's sessions holds it.
+  BufferView view = b.view;
+  view.shared_with = {tenant};
+  view.owner_session = 0;
+  return view;
+}
 
 bool Registry::Visible(const Buffer& b, const std::string& tenant) {
   if (b.view.tenant == tenant) return true;
@@ -46,7 +65,12 @@ absl::StatusOr<Registry::Buffer*> Registry::FindVisible(const Session& s, const 
     }
     return &it->second;
   }
-  const std::optional<BufferId> id = names_.Find(key.name);
+  // A bare name is the caller's tenant's; another tenant's share is named
+  // "tenant/name". Either way a buffer the caller may not see reads as missing.
+  auto ref = ParseNameRef(key.name);
+  if (!ref.ok()) return ref.status();
+  const std::string owner = ref->tenant.empty() ? s.view.tenant : std::string(ref->tenant);
+  const std::optional<BufferId> id = names_.Find(owner, std::string(ref->name));
   if (!id) return absl::NotFoundError(StrCat("no buffer named '", key.name, "'"));
   Buffer& b = buffers_.at(*id);
   if (!Visible(b, s.view.tenant)) {
@@ -82,8 +106,11 @@ void Registry::MarkFreed(Buffer& b) {
   if (b.freed) return;
   b.freed = true;
   b.view.state = BufferState::kFreed;
-  if (!b.view.name.empty()) names_.Remove(b.view.name, b.view.id);
-  if (b.view.expires_unix_ms != 0) expiries_.erase({b.view.expires_unix_ms, b.view.id});
+  if (!b.view.name.empty()) names_.Remove(b.view.tenant, b.view.name, b.view.id);
+  if (b.in_expiries) {
+    expiries_.erase({b.view.expires_unix_ms, b.view.id});
+    b.in_expiries = false;
+  }
   changed_.SignalAll();
 }
 
@@ -93,7 +120,7 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
   Buffer& b = it->second;
   if (!b.freed || b.view.leases > 0) return 0;
   const uint64_t bytes = b.charged ? b.view.reserved_size : 0;
-  books_.ReleaseBuffer(b.view.tenant, bytes);
+  books_.ReleaseBuffer(b.view.tenant, bytes, b.owns_descriptor);
   if (b.range != 0) {
     // A published block of a live range: its bytes are the range's again,
     // and the range's client may reuse them once it is told.
@@ -112,8 +139,18 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
 // Checks that need no lock.
 absl::Status Registry::ValidateAllocation(const AllocateParams& p) const {
   if (p.size == 0) return absl::InvalidArgumentError("size must be at least 1 byte");
+  if (p.ttl_ms > kMaxTtlMs) {
+    return absl::InvalidArgumentError(
+        StrCat("ttl_ms ", p.ttl_ms, " exceeds the limit of ", kMaxTtlMs,
+               " ms (10 years); a buffer meant to stay is allocated with keep and no TTL"));
+  }
   if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(ValidateName(p.name));
   if (p.tensor) GPUBROKER_RETURN_IF_ERROR(ValidateTensor(*p.tensor, p.size));
+  if (p.share_with.size() > static_cast<size_t>(kMaxShareWith)) {
+    return absl::InvalidArgumentError(StrCat("share_with names ", p.share_with.size(),
+                                             " tenants; a buffer is shared with at most ",
+                                             kMaxShareWith));
+  }
   for (const auto& t : p.share_with) GPUBROKER_RETURN_IF_ERROR(ValidateTenantName(t));
   return absl::OkStatus();
 }
@@ -129,21 +166,23 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   }
 
   std::string tenant;
-  std::vector<std::string> share_with;
+  // Deduplicated before the lock; only the caller's own tenant is taken out under it.
+  std::vector<std::string> share_with = p.share_with;
+  std::sort(share_with.begin(), share_with.end());
+  share_with.erase(std::unique(share_with.begin(), share_with.end()), share_with.end());
   const uint64_t rounded = backend_.RoundedSize(device, p.size, !p.share_with.empty());
+  bool owns_descriptor = false;
   {
     absl::MutexLock lock(&mu_);
     GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
     tenant = s->view.tenant;
-    for (const auto& t : p.share_with) {
-      if (t != tenant && std::find(share_with.begin(), share_with.end(), t) == share_with.end()) {
-        share_with.push_back(t);
-      }
-    }
+    std::erase(share_with, tenant);
     // Hold the name and book the bytes before the backend call, which runs unlocked.
-    if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(p.name));
-    if (absl::Status booked = books_.ReserveBuffer(tenant, rounded); !booked.ok()) {
-      if (!p.name.empty()) names_.Drop(p.name);
+    if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(tenant, p.name));
+    owns_descriptor = backend_.OwnsDescriptor(device, p.size, !share_with.empty());
+    if (absl::Status booked = books_.ReserveBuffer(tenant, rounded, owns_descriptor);
+        !booked.ok()) {
+      if (!p.name.empty()) names_.Drop(tenant, p.name);
       return booked;
     }
   }
@@ -160,8 +199,8 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   auto roll_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    books_.ReleaseBuffer(tenant, rounded);
-    if (!p.name.empty()) names_.Drop(p.name);
+    books_.ReleaseBuffer(tenant, rounded, owns_descriptor);
+    if (!p.name.empty()) names_.Drop(tenant, p.name);
   };
   if (!memory.ok()) {
     roll_back();
@@ -191,13 +230,15 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   b.view.shared_with = std::move(share_with);
   b.view.owner_session = session_id;
   b.view.created_unix_ms = Now();
+  b.owns_descriptor = owns_descriptor;
   if (p.ttl_ms != 0) {
-    b.view.expires_unix_ms = b.view.created_unix_ms + static_cast<int64_t>(p.ttl_ms);
+    b.view.expires_unix_ms = ExpiryTime(b.view.created_unix_ms, p.ttl_ms);
     expiries_.emplace(b.view.expires_unix_ms, b.view.id);
+    b.in_expiries = true;
   }
   b.memory = std::move(*memory);
   b.view.backing = BackingName(b.memory->import_info().kind);
-  if (!p.name.empty()) names_.Bind(p.name, b.view.id);
+  if (!p.name.empty()) names_.Bind(tenant, p.name, b.view.id);
   const BufferId id = b.view.id;
   Buffer& stored = buffers_[id] = std::move(b);
   s.owned.insert(id);
@@ -215,7 +256,7 @@ Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool a
   Buffer& b = **found;
   if (b.view.state == BufferState::kSealed || allow_unsealed) {
     GrantLease(s, b);
-    return {BufferGrant{b.view, b.memory->import_info()}, false};
+    return {BufferGrant{ViewFor(b, s.view.tenant), b.memory->import_info()}, false};
   }
   return {absl::FailedPreconditionError(StrCat(
               "buffer ", key.ToString(), " is not sealed yet (open with wait, or allow_unsealed)")),
@@ -224,7 +265,7 @@ Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool a
 
 absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey& key,
                                            const OpenParams& params) {
-  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ValidateName(key.name));
+  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ParseNameRef(key.name).status());
   absl::MutexLock lock(&mu_);
   for (;;) {
     GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
@@ -353,7 +394,7 @@ void Registry::AskToUnmap(AllocationId id) {
 }
 
 absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey& key) {
-  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ValidateName(key.name));
+  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ParseNameRef(key.name).status());
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
@@ -376,7 +417,7 @@ std::vector<BufferView> Registry::List(SessionId session_id) const {
   const std::string& tenant = it->second.view.tenant;
   for (const auto& [id, b] : buffers_) {
     // Freed buffers still holding memory are shown to their own tenant only.
-    if (b.freed ? b.view.tenant == tenant : Visible(b, tenant)) out.push_back(b.view);
+    if (b.freed ? b.view.tenant == tenant : Visible(b, tenant)) out.push_back(ViewFor(b, tenant));
   }
   std::sort(out.begin(), out.end(),
             [](const BufferView& a, const BufferView& b) { return a.id < b.id; });
@@ -422,8 +463,14 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   while (!expiries_.empty() && expiries_.begin()->first <= now_unix_ms) {
+    // The entry goes before anything else happens, so that each pass of this
+    // loop consumes one entry whatever the books say about its buffer.
     const BufferId id = expiries_.begin()->second;
-    MarkFreed(buffers_.at(id));  // also erases the expiry
+    expiries_.erase(expiries_.begin());
+    auto it = buffers_.find(id);
+    if (it == buffers_.end()) continue;
+    it->second.in_expiries = false;
+    MarkFreed(it->second);
     report.buffers_expired++;
     const uint64_t bytes = MaybeDestroy(id, dead);
     if (bytes > 0) {

@@ -27,6 +27,10 @@
 namespace gpubroker {
 
 using RangeId = uint64_t;
+/// The longest TTL a buffer may have (ten years). Longer ones are refused with
+/// INVALID_ARGUMENT rather than saturated: a TTL that large is a mistake (or an
+/// attempt to wrap the expiry time), and a buffer meant to stay uses `keep`.
+inline constexpr uint64_t kMaxTtlMs = uint64_t{10} * 365 * 24 * 3600 * 1000;
 
 struct SessionView {
   SessionId id = 0;
@@ -34,6 +38,7 @@ struct SessionView {
   std::string tenant;
   Token token{};
   std::string client_name;
+  bool admin = false;  // root or the admin group: sees every tenant in Status
 };
 
 struct BufferView {
@@ -68,7 +73,7 @@ struct AllocateParams {
   std::string name;
   std::optional<TensorDesc> tensor;
   bool keep = false;
-  uint64_t ttl_ms = 0;
+  uint64_t ttl_ms = 0;  // 0: none; at most kMaxTtlMs
   std::vector<std::string> share_with;
   // What the transport allows (not the request's): session.sock's one thread
   // may not wait, and at or over the quick allocation limit it is served
@@ -166,7 +171,7 @@ class Registry final : public MappingHolders {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
-  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {});
+  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, TenantLimits limits = {});
   ~Registry() override;
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -268,6 +273,8 @@ class Registry final : public MappingHolders {
   struct Buffer {
     BufferView view;
     bool freed = false;
+    bool in_expiries = false;      // {view.expires_unix_ms, id} is in expiries_
+    bool owns_descriptor = false;  // counted as such in the books
     std::shared_ptr<BackendBuffer> memory;
     // A client-made buffer: its range while that lives (its bytes are the
     // range's, charged with it), and its offset there.
@@ -308,6 +315,8 @@ class Registry final : public MappingHolders {
   absl::StatusOr<Buffer*> FindVisible(const Session& s, const BufferKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Visible(const Buffer& b, const std::string& tenant);
+  /// The buffer as `tenant` may see it.
+  static BufferView ViewFor(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a freed buffer with no lease; its memory goes to `dead`. Returns

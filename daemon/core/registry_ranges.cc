@@ -127,10 +127,15 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
     return absl::NotFoundError(StrCat("this session holds no range ", p.range));
   }
   Range& range = r->second;
-  if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(p.name));
+  if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(range.tenant, p.name));
+  if (absl::Status counted = books_.BufferPublished(range.tenant); !counted.ok()) {
+    if (!p.name.empty()) names_.Drop(range.tenant, p.name);
+    return counted;
+  }
   auto memory = range.memory->Carve(p.offset, p.reserved, p.fence_offset, p.fence_value);
   if (!memory.ok()) {
-    if (!p.name.empty()) names_.Drop(p.name);
+    if (!p.name.empty()) names_.Drop(range.tenant, p.name);
+    books_.ReleaseBuffer(range.tenant, 0, false);
     return memory.status();
   }
 
@@ -154,10 +159,9 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
   b.range_offset = p.offset;
   b.charged = false;  // its bytes are the range's
   const BufferId id = b.view.id;
-  if (!p.name.empty()) names_.Bind(p.name, id);
+  if (!p.name.empty()) names_.Bind(range.tenant, p.name, id);
   Buffer& stored = buffers_[id] = std::move(b);
   range.published.insert(id);
-  books_.BufferPublished(range.tenant);
   s->owned.insert(id);
   GrantLease(*s, stored);
   changed_.SignalAll();

@@ -10,11 +10,11 @@ using registry_internal::SessionEnded;
 using registry_internal::ShuttingDown;
 using registry_internal::TokenKey;
 
-Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock)
+Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, TenantLimits limits)
     : backend_(backend),
       clock_(std::move(clock)),
       tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))),
-      books_(tenants_) {
+      books_(tenants_, limits) {
   backend_.SetMappingHolders(this);
 }
 
@@ -39,6 +39,7 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return ShuttingDown();
   view.tenant = tenants_->TenantFor(peer.uid, peer.gid);
+  view.admin = tenants_->IsAdmin(peer);
   view.id = next_session_++;
   by_token_[TokenKey(view.token)] = view.id;
   sessions_[view.id].view = view;
@@ -141,6 +142,8 @@ uint64_t Registry::ReleaseAll() {
   shutting_down_ = true;
   for (auto& [id, b] : buffers_) {
     if (b.charged) bytes += b.view.reserved_size;
+    // Given back through the books, so that the descriptor budget they charge is returned too.
+    books_.ReleaseBuffer(b.view.tenant, b.charged ? b.view.reserved_size : 0, b.owns_descriptor);
     dead.push_back(std::move(b.memory));
   }
   for (auto& [id, r] : ranges_) {

@@ -11,13 +11,33 @@ void TenantBooks::SessionOpened(const std::string& tenant) { usage_[tenant].sess
 
 void TenantBooks::SessionEnded(const std::string& tenant) { usage_[tenant].sessions--; }
 
-absl::Status TenantBooks::ReserveBuffer(const std::string& tenant, uint64_t bytes) {
+absl::Status TenantBooks::ReserveBuffer(const std::string& tenant, uint64_t bytes,
+                                        bool owns_descriptor) {
   Usage& u = usage_[tenant];
   const uint64_t quota = directory_->QuotaFor(tenant);
   if (quota != 0 && u.bytes + bytes > quota) {
     const uint64_t left = quota > u.bytes ? quota - u.bytes : 0;
     return QuotaRefusal(StrCat("tenant '", tenant, "' over quota: requested ", bytes, " bytes, ",
                                u.bytes, " of ", quota, " in use, ", left, " left"));
+  }
+  if (limits_.max_buffers_per_tenant != 0 && u.buffers >= limits_.max_buffers_per_tenant) {
+    return LimitRefusal(StrCat("tenant '", tenant, "' holds ", u.buffers,
+                               " buffers, the limit (max_buffers_per_tenant); free some first"));
+  }
+  if (owns_descriptor) {
+    if (limits_.max_descriptors_per_tenant != 0 &&
+        u.descriptors >= limits_.max_descriptors_per_tenant) {
+      return LimitRefusal(
+          StrCat("tenant '", tenant, "' holds ", u.descriptors,
+                 " buffers with a descriptor of their own (shared across tenants or large), the "
+                 "limit (max_descriptors_per_tenant); free some first"));
+    }
+    if (limits_.descriptors != nullptr && !limits_.descriptors->TryCharge()) {
+      return LimitRefusal(StrCat("gpubrokerd holds ", limits_.descriptors->in_use(), " of the ",
+                                 limits_.descriptors->limit(),
+                                 " descriptors it may hold for clients; try again later"));
+    }
+    u.descriptors++;
   }
   u.bytes += bytes;
   u.buffers++;
@@ -29,10 +49,14 @@ void TenantBooks::Settle(const std::string& tenant, uint64_t reserved, uint64_t 
   u.bytes = u.bytes - reserved + actual;
 }
 
-void TenantBooks::ReleaseBuffer(const std::string& tenant, uint64_t bytes) {
+void TenantBooks::ReleaseBuffer(const std::string& tenant, uint64_t bytes, bool owns_descriptor) {
   Usage& u = usage_[tenant];
   u.bytes -= bytes;
   u.buffers--;
+  if (owns_descriptor) {
+    u.descriptors--;
+    if (limits_.descriptors != nullptr) limits_.descriptors->Release();
+  }
 }
 
 absl::StatusOr<uint64_t> TenantBooks::ReserveRange(const std::string& tenant, uint64_t least,
@@ -71,7 +95,15 @@ void TenantBooks::ReleaseRange(const std::string& tenant, uint64_t length, uint6
   u.ranges--;
 }
 
-void TenantBooks::BufferPublished(const std::string& tenant) { usage_[tenant].buffers++; }
+absl::Status TenantBooks::BufferPublished(const std::string& tenant) {
+  Usage& u = usage_[tenant];
+  if (limits_.max_buffers_per_tenant != 0 && u.buffers >= limits_.max_buffers_per_tenant) {
+    return LimitRefusal(StrCat("tenant '", tenant, "' holds ", u.buffers,
+                               " buffers, the limit (max_buffers_per_tenant); free some first"));
+  }
+  u.buffers++;
+  return absl::OkStatus();
+}
 
 void TenantBooks::AddClientTotals(const std::string& tenant, const ClientCounters& d) {
   ClientCounters& t = usage_[tenant].client_totals;

@@ -1,5 +1,8 @@
 #include "daemon/metrics/metrics.h"
 
+#include <deque>
+#include <iterator>
+
 #include "common/refusal.h"
 #include "common/version.h"
 #include "daemon/metrics/process_metrics.h"
@@ -17,10 +20,12 @@ class Metrics::StateCollector final : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const NodeStatus s = status_.Collect();
-    std::vector<MetricFamily> out;
+    // A deque: the references that gauge() hands out stay valid as families
+    // are added (a vector's would dangle once it grows).
+    std::deque<MetricFamily> families;
     auto gauge = [&](const char* name, const char* help) -> MetricFamily& {
-      out.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
-      return out.back();
+      families.push_back(MetricFamily{name, help, MetricType::Gauge, {}});
+      return families.back();
     };
     auto add = [](MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
       ClientMetric m;
@@ -32,6 +37,15 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     add(gauge("gpubroker_build_info", "Version of the running gpubrokerd (always 1)."),
         {{"version", kVersion}}, 1);
     add(gauge("gpubroker_sessions", "Client sessions open now."), {}, s.sessions);
+    auto& connections = gauge("gpubroker_connections", "Client connections open now, by socket.");
+    add(connections, {{"socket", "session"}}, static_cast<double>(s.process.session_connections));
+    add(connections, {{"socket", "grpc"}}, static_cast<double>(s.process.grpc_connections));
+    // The daemon's open descriptors and their limit are process_open_fds and
+    // process_max_fds; this is the part of them that clients make it hold.
+    add(gauge("gpubroker_client_descriptors",
+              "Descriptors held for clients: connections and buffers with a descriptor of "
+              "their own."),
+        {}, static_cast<double>(s.process.client_descriptors));
 
     auto& buffers = gauge("gpubroker_buffers", "Buffers holding memory, by device and tenant.");
     auto& bytes =
@@ -89,7 +103,7 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(kept, {{"device", d.info.uuid}}, static_cast<double>(d.usage.kept_bytes));
       add(unmapping, {{"device", d.info.uuid}}, static_cast<double>(d.usage.unmapping_bytes));
     }
-    return out;
+    return {std::make_move_iterator(families.begin()), std::make_move_iterator(families.end())};
   }
 
  private:
@@ -176,6 +190,20 @@ Metrics::Metrics(const NodeStatusCollector& status)
   maps_mapped_ = &client_maps_.Add({{"path", "mapped"}});
   maps_imported_ = &client_maps_.Add({{"path", "imported"}});
   maps_cached_ = &client_maps_.Add({{"path", "cached"}});
+  auto& turned_away = prometheus::BuildCounter()
+                          .Name("gpubroker_connections_refused_total")
+                          .Help(
+                              "Connections turned away at accept, by socket and reason: "
+                              "uid_limit (the uid holds as many as it may) or descriptors (the "
+                              "daemon is at its descriptor budget or limit).")
+                          .Register(*registry_);
+  for (int socket = 0; socket < 2; ++socket) {
+    for (int why = 0; why < 2; ++why) {
+      turned_away_[socket][why] =
+          &turned_away.Add({{"socket", socket == 0 ? "session" : "grpc"},
+                            {"reason", why == 0 ? "uid_limit" : "descriptors"}});
+    }
+  }
   // Every label exists from the start, so that rates and alerts see zeros.
   for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
     allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
@@ -265,5 +293,10 @@ void Metrics::Reclaimed(uint64_t bytes, ReclaimCause cause) {
 void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
 
 void Metrics::SessionStarted() { sessions_started_.Increment(); }
+
+void Metrics::ConnectionRefused(Socket socket, TurnedAway why) {
+  turned_away_[socket == Socket::kSession ? 0 : 1][why == TurnedAway::kUidLimit ? 0 : 1]
+      ->Increment();
+}
 
 }  // namespace gpubroker

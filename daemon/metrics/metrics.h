@@ -36,6 +36,14 @@ class Metrics {
   /// the daemon's process_* metrics.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
+  /// The socket a connection came to.
+  enum class Socket { kSession, kGrpc };
+  /// Why a connection was turned away at accept.
+  enum class TurnedAway {
+    kUidLimit,     // the uid holds as many connections as it may
+    kDescriptors,  // the daemon's descriptor budget, or the kernel's limit, is reached
+  };
+
   /// result: ok, quota, out_of_memory, limit, unavailable, invalid (any other refusal).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
@@ -48,6 +56,7 @@ class Metrics {
   void UnmapRequested(uint64_t allocations);
   void SessionEnded(bool clean);
   void SessionStarted();
+  void ConnectionRefused(Socket socket, TurnedAway why);
 
   /// The label for an Allocate outcome.
   static std::string_view AllocationResult(const absl::Status& status);
@@ -85,6 +94,7 @@ class Metrics {
   prometheus::Counter& cache_misses_;
   prometheus::Counter& cache_evictions_;
   prometheus::Counter& unmap_requests_;
+  prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <optional>
 
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "daemon/service/convert.h"
@@ -10,8 +11,12 @@
 namespace gpubroker {
 
 BrokerService::BrokerService(BrokerCalls& calls, const NodeStatusCollector& status,
-                             DaemonFacts facts)
-    : calls_(calls), registry_(calls.registry()), status_(status), facts_(std::move(facts)) {}
+                             DaemonFacts facts, PeerLookup peer_of)
+    : calls_(calls),
+      registry_(calls.registry()),
+      status_(status),
+      facts_(std::move(facts)),
+      peer_of_(std::move(peer_of)) {}
 
 absl::StatusOr<SessionView> BrokerService::Authenticate(const grpc::ServerContext& ctx) const {
   if (registry_.shutting_down()) return absl::UnavailableError("gpubrokerd is shutting down");
@@ -24,7 +29,17 @@ absl::StatusOr<SessionView> BrokerService::Authenticate(const grpc::ServerContex
   }
   auto token = TokenFromHex(std::string_view(it->second.data(), it->second.size()));
   if (!token) return absl::UnauthenticatedError("malformed session token (want 32 hex digits)");
-  return registry_.Authenticate(*token);
+  GPUBROKER_ASSIGN_OR_RETURN(SessionView session, registry_.Authenticate(*token));
+  const std::optional<PeerCredentials> peer = peer_of_(ctx.peer());
+  if (!peer) return absl::UnauthenticatedError("the connection's peer is unknown to gpubrokerd");
+  if (peer->uid != session.peer.uid) {
+    (void)calls_.Refuse("a gRPC call", &session,
+                        absl::UnauthenticatedError(StrCat("its token came from pid ", peer->pid,
+                                                          " uid ", peer->uid, ", another user")));
+    // The same words as for a token that matches no session: whose it is stays unsaid.
+    return absl::UnauthenticatedError("unknown session token");
+  }
+  return session;
 }
 
 grpc::Status BrokerService::Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,

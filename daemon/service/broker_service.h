@@ -1,6 +1,9 @@
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
@@ -10,11 +13,21 @@
 
 namespace gpubroker {
 
-/// gpubroker.v1.Broker: authenticates the caller by its token and hands the
-/// call to BrokerCalls (shared with session.sock). No business logic lives here.
+/// gpubroker.v1.Broker: authenticates the caller and hands the call to
+/// BrokerCalls (shared with session.sock). No business logic lives here.
+///
+/// A caller is authenticated by its session token and by who it is: the
+/// token must belong to a session of the same uid as the peer of the gRPC
+/// connection (SO_PEERCRED, taken when the daemon accepted it), so that a
+/// token that leaks to another user is worth nothing to them.
 class BrokerService final : public v1::Broker::Service {
  public:
-  BrokerService(BrokerCalls& calls, const NodeStatusCollector& status, DaemonFacts facts);
+  /// The credentials of the peer of a connection by gRPC's name for it
+  /// (ServerContext::peer()); nullopt for one the daemon did not accept.
+  using PeerLookup = std::function<std::optional<PeerCredentials>(std::string_view peer)>;
+
+  BrokerService(BrokerCalls& calls, const NodeStatusCollector& status, DaemonFacts facts,
+                PeerLookup peer_of);
 
   grpc::Status Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,
                         v1::AllocateResponse* resp) override;
@@ -38,6 +51,7 @@ class BrokerService final : public v1::Broker::Service {
   Registry& registry_;
   const NodeStatusCollector& status_;
   const DaemonFacts facts_;
+  const PeerLookup peer_of_;
 };
 
 }  // namespace gpubroker

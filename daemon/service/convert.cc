@@ -147,7 +147,10 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
   out->set_socket_dir(facts.socket_dir);
   out->set_started_unix_ms(facts.started_unix_ms);
   if (self == nullptr) return;  // the node's totals only
+  // Other tenants' names and holdings are theirs to know (and an admin's).
+  out->set_all_tenants(self->admin);
   for (const NodeStatus::Tenant& t : status.tenants) {
+    if (!self->admin && t.name != self->tenant) continue;
     auto* o = out->add_tenants();
     o->set_name(t.name);
     o->set_quota_bytes(t.quota_bytes);
@@ -163,6 +166,7 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
   me->set_pid(self->peer.pid);
   me->set_uid(self->peer.uid);
   me->set_gid(self->peer.gid);
+  me->set_admin(self->admin);
 }
 
 void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out) {

@@ -4,9 +4,11 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "common/refusal.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
@@ -17,15 +19,32 @@ namespace gpubroker {
 namespace {
 
 constexpr auto kSweepInterval = std::chrono::milliseconds(100);
+// How long accepting pauses after the kernel refused a descriptor.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
 std::string Describe(const PeerCredentials& p) {
   return StrCat("pid ", p.pid, " uid ", p.uid, " gid ", p.gid);
 }
 
+// Tells a peer that is not taken why, as an ErrorFrame for request 0 (the
+// session), without blocking. The caller closes the connection.
+void TurnAway(int fd, const std::string& why) {
+  v1::SessionFrame frame;
+  ToErrorFrame(LimitRefusal(why), 0, frame.mutable_error());
+  (void)SendSome(fd, EncodeFrame(frame));
+}
+
 }  // namespace
 
-SessionServer::SessionServer(BrokerCalls& calls, Options options)
-    : calls_(calls), registry_(calls.registry()), metrics_(calls.metrics()), options_(options) {}
+SessionServer::SessionServer(BrokerCalls& calls, DescriptorBudget& descriptors,
+                             ReserveDescriptor& reserve, Options options)
+    : calls_(calls),
+      registry_(calls.registry()),
+      metrics_(calls.metrics()),
+      descriptors_(descriptors),
+      reserve_(reserve),
+      options_(options),
+      per_uid_(options.max_sessions_per_uid) {}
 
 SessionServer::~SessionServer() { Stop(); }
 
@@ -64,16 +83,18 @@ void SessionServer::Stop() {
   listener_.reset();
   v1::SessionFrame bye;
   bye.mutable_goodbye()->set_reason("gpubrokerd is shutting down");
-  const std::string bytes = EncodeFrame(bye);
-  for (auto& [fd, c] : connections_) {
-    (void)SendAll(fd, bytes);
-    if (c->session != 0) {
-      const SessionEndReport r = registry_.EndSession(c->session);
-      spdlog::info("session {} ended by shutdown: {} tenant '{}', {} held", c->session,
-                   Describe(c->peer), r.session.tenant, FormatBytes(r.reclaimed_bytes));
+  while (!connections_.empty()) {
+    Connection& c = *connections_.begin()->second;
+    // Best effort, never blocking: a peer with replies still queued gets none.
+    if (c.out.empty()) (void)SendFrame(c, bye);
+    if (c.session != 0) {
+      const SessionEndReport r = registry_.EndSession(c.session);
+      spdlog::info("session {} ended by shutdown: {} tenant '{}', {} held", c.session,
+                   Describe(c.peer), r.session.tenant, FormatBytes(r.reclaimed_bytes));
+      c.session = 0;
     }
+    Remove(connections_.begin()->first);
   }
-  connections_.clear();
 }
 
 void SessionServer::Warn(const std::string& message) {
@@ -89,7 +110,13 @@ void SessionServer::Warn(const std::string& message) {
 void SessionServer::Loop() {
   epoll_event events[64];
   while (!stopping_) {
-    const int n = ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(kSweepInterval.count()));
+    auto timeout = kSweepInterval;
+    if (!listening_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          resume_accepting_ - std::chrono::steady_clock::now());
+      timeout = std::clamp(left, std::chrono::milliseconds(0), timeout);
+    }
+    const int n = ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
       spdlog::error("session.sock: epoll_wait: {}", std::strerror(errno));
       break;
@@ -108,88 +135,191 @@ void SessionServer::Loop() {
       }
       auto it = connections_.find(fd);
       if (it == connections_.end()) continue;
-      if (OnReadable(*it->second) == Outcome::kDrop) {
+      bool drop = false;
+      HandleEvents(*it->second, events[i].events, &drop);
+      if (drop) {
         Connection& c = *it->second;
         EndSession(c, c.said_goodbye);
-        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-        connections_.erase(it);
+        Remove(fd);
       }
     }
-    // Peers that connected but never said Hello.
     const auto now = std::chrono::steady_clock::now();
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      Connection& c = *it->second;
-      if (c.session == 0 && now >= c.hello_deadline) {
-        Warn(StrCat("session.sock: dropping ", Describe(c.peer),
-                    ": no Hello within the hello timeout"));
-        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
-        it = connections_.erase(it);
-      } else {
-        ++it;
-      }
+    if (!listening_ && now >= resume_accepting_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listener_.get();
+      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev) == 0) listening_ = true;
+    }
+    // Peers that connected but never said Hello.
+    std::vector<int> silent;
+    for (const auto& [fd, c] : connections_) {
+      if (c->session == 0 && now >= c->hello_deadline) silent.push_back(fd);
+    }
+    for (int fd : silent) {
+      Warn(StrCat("session.sock: dropping ", Describe(connections_[fd]->peer),
+                  ": no Hello within the hello timeout"));
+      Remove(fd);
     }
   }
 }
 
 void SessionServer::AcceptAll() {
-  for (;;) {
+  // A bounded batch per wakeup: a flood of connections takes turns with the
+  // sessions' own traffic (the listener is level-triggered and comes back).
+  for (int i = 0; i < 64; ++i) {
     UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    if (fd) {
+      Admit(std::move(fd));
+      continue;
+    }
+    switch (errno) {
+      case EINTR:
+        continue;
+      case EAGAIN:
+        return;
+      case EMFILE:
+      case ENFILE:
+      case ENOBUFS:
+      case ENOMEM:
+        OutOfDescriptors();
+        return;
+      default:  // the peer gave up before we took it (ECONNABORTED, EPROTO, ...)
         Warn(StrCat("session.sock: accept: ", std::strerror(errno)));
-      }
+        continue;
+    }
+  }
+}
+
+void SessionServer::OutOfDescriptors() {
+  const int err = errno;
+  const std::string why = StrCat("gpubrokerd has run out of file descriptors (", std::strerror(err),
+                                 "); try again later");
+  reserve_.Shed(listener_.get(), [&](int fd) { TurnAway(fd, why); });
+  metrics_.ConnectionRefused(Metrics::Socket::kSession, Metrics::TurnedAway::kDescriptors);
+  // The listener stays readable while connections wait: stop watching it for
+  // a moment instead of spinning on it.
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  listening_ = false;
+  resume_accepting_ = std::chrono::steady_clock::now() + kAcceptBackoff;
+  Warn(StrCat("session.sock: accept: ", std::strerror(err), " (", CountOpenDescriptors(),
+              " descriptors open); turning connections away for ", kAcceptBackoff.count(), " ms"));
+}
+
+void SessionServer::Admit(UniqueFd fd) {
+  auto peer = GetPeerCredentials(fd.get());
+  if (!peer.ok()) {
+    Warn(StrCat("session.sock: ", peer.status().message()));
+    return;
+  }
+  if (!per_uid_.TryAdmit(peer->uid)) {
+    metrics_.ConnectionRefused(Metrics::Socket::kSession, Metrics::TurnedAway::kUidLimit);
+    const std::string why = StrCat("uid ", peer->uid, " holds ", per_uid_.max_per_uid(),
+                                   " connections to session.sock, the limit "
+                                   "(max_sessions_per_uid); close some first");
+    Warn(StrCat("session.sock: turning away ", Describe(*peer), ": ", why));
+    TurnAway(fd.get(), why);
+    return;
+  }
+  if (!descriptors_.TryCharge()) {
+    per_uid_.Release(peer->uid);
+    metrics_.ConnectionRefused(Metrics::Socket::kSession, Metrics::TurnedAway::kDescriptors);
+    const std::string why =
+        StrCat("gpubrokerd holds ", descriptors_.in_use(), " of the ", descriptors_.limit(),
+               " descriptors it may hold for clients; try again later");
+    Warn(StrCat("session.sock: turning away ", Describe(*peer), ": ", why));
+    TurnAway(fd.get(), why);
+    return;
+  }
+  auto c = std::make_unique<Connection>();
+  c->peer = *peer;
+  c->hello_deadline = std::chrono::steady_clock::now() + options_.hello_timeout;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd.get();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+    Warn(StrCat("session.sock: epoll_ctl: ", std::strerror(errno)));
+    per_uid_.Release(peer->uid);
+    descriptors_.Release();
+    return;
+  }
+  c->fd = std::move(fd);
+  const int raw = c->fd.get();
+  connections_[raw] = std::move(c);
+}
+
+void SessionServer::Remove(int fd) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  per_uid_.Release(it->second->peer.uid);
+  descriptors_.Release();
+  connections_.erase(it);
+}
+
+void SessionServer::WatchFor(Connection& c, bool reading) {
+  if (c.reading == reading) return;
+  epoll_event ev{};
+  ev.events = reading ? (EPOLLIN | EPOLLRDHUP) : EPOLLOUT;
+  ev.data.fd = c.fd.get();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) {
+    Warn(StrCat("session.sock: epoll_ctl: ", std::strerror(errno)));
+  }
+  c.reading = reading;
+}
+
+void SessionServer::HandleEvents(Connection& c, uint32_t events, bool* drop) {
+  if (!c.reading) {
+    // Waiting for the peer to take its replies. EPOLLHUP/EPOLLERR come with
+    // EPOLLOUT too, and the write then fails: the peer is gone.
+    if (Flush(c) == Outcome::kDrop) {
+      *drop = true;
       return;
     }
-    auto peer = GetPeerCredentials(fd.get());
-    if (!peer.ok()) {
-      Warn(StrCat("session.sock: ", peer.status().message()));
-      continue;
-    }
-    auto c = std::make_unique<Connection>();
-    c->peer = *peer;
-    c->hello_deadline = std::chrono::steady_clock::now() + options_.hello_timeout;
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.fd = fd.get();
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
-      Warn(StrCat("session.sock: epoll_ctl: ", std::strerror(errno)));
-      continue;
-    }
-    c->fd = std::move(fd);
-    const int raw = c->fd.get();
-    connections_[raw] = std::move(c);
+    if (!c.out.empty()) return;
+    WatchFor(c, true);
+    // Frames that arrived while the peer's replies waited are already read.
+    *drop = ProcessFrames(c) == Outcome::kDrop;
+    return;
+  }
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    *drop = OnReadable(c) == Outcome::kDrop;
   }
 }
 
 SessionServer::Outcome SessionServer::OnReadable(Connection& c) {
   char buf[16 * 1024];
-  for (;;) {
-    // No descriptor buffer: descriptors that a client sends are dropped by the kernel.
-    auto got = RecvSome(c.fd.get(), buf, sizeof(buf), nullptr);
-    if (!got.ok()) {
-      if (c.session == 0)
-        Warn(StrCat("session.sock: ", Describe(c.peer), ": ", got.status().message()));
-      return Outcome::kDrop;
-    }
-    if (got->eof) {
-      if (c.decoder.buffered() > 0 && !c.said_goodbye) {
-        Warn(StrCat("session.sock: ", Describe(c.peer), " closed in the middle of a frame"));
-      }
-      return Outcome::kDrop;
-    }
-    if (got->bytes == 0) return Outcome::kKeep;  // drained
-    c.decoder.Append(std::string_view(buf, got->bytes));
-    for (;;) {
-      auto frame = c.decoder.Next();
-      if (!frame.ok()) {
-        Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", frame.status().message()));
-        return Outcome::kDrop;
-      }
-      if (!frame->has_value()) break;
-      if (OnFrame(c, **frame) == Outcome::kDrop) return Outcome::kDrop;
-    }
+  // No descriptor buffer: descriptors that a client sends are dropped by the kernel.
+  auto got = RecvSome(c.fd.get(), buf, sizeof(buf), nullptr);
+  if (!got.ok()) {
+    if (c.session == 0)
+      Warn(StrCat("session.sock: ", Describe(c.peer), ": ", got.status().message()));
+    return Outcome::kDrop;
   }
+  if (got->eof) {
+    if (c.decoder.buffered() > 0 && !c.said_goodbye) {
+      Warn(StrCat("session.sock: ", Describe(c.peer), " closed in the middle of a frame"));
+    }
+    return Outcome::kDrop;
+  }
+  if (got->bytes == 0) return Outcome::kKeep;  // nothing after all
+  c.decoder.Append(std::string_view(buf, got->bytes));
+  return ProcessFrames(c);
+}
+
+SessionServer::Outcome SessionServer::ProcessFrames(Connection& c) {
+  // No new call is served while replies wait for the peer to read them: the
+  // queue holds at most what one call produced.
+  while (c.out.empty()) {
+    auto frame = c.decoder.Next();
+    if (!frame.ok()) {
+      Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", frame.status().message()));
+      return Outcome::kDrop;
+    }
+    if (!frame->has_value()) break;
+    if (OnFrame(c, **frame) == Outcome::kDrop) return Outcome::kDrop;
+  }
+  if (!c.out.empty()) WatchFor(c, false);
+  return Outcome::kKeep;
 }
 
 void SessionServer::SendUnmapRequests() {
@@ -202,7 +332,12 @@ void SessionServer::SendUnmapRequests() {
       v1::SessionFrame frame;
       for (AllocationId id : ids) frame.mutable_unmap_request()->add_allocation_ids(id);
       metrics_.UnmapRequested(ids.size());
-      if (SendFrame(*c, frame) == Outcome::kDrop) dropped.push_back(fd);
+      // Queued behind whatever the peer has not read yet, like any frame.
+      if (SendFrame(*c, frame) == Outcome::kDrop) {
+        dropped.push_back(fd);
+      } else if (!c->out.empty()) {
+        WatchFor(*c, false);
+      }
       break;
     }
   }
@@ -210,8 +345,7 @@ void SessionServer::SendUnmapRequests() {
     auto it = connections_.find(fd);
     if (it == connections_.end()) continue;
     EndSession(*it->second, false);
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-    connections_.erase(it);
+    Remove(fd);
   }
 }
 
@@ -283,7 +417,7 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
     return SendFrame(c, reply);
   }
   ToProto(*grant, request, reply.mutable_fd_grant());
-  return SendFrame(c, reply, grant->fd.get());  // our copy closes when `grant` goes
+  return SendFrame(c, reply, std::move(grant->fd));
 }
 
 SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call) {
@@ -352,18 +486,32 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     out->set_offset(b.offset);
     out->set_size(b.size);
   }
-  if (auto s = SendAll(c.fd.get(), EncodeFrame(note) + EncodeFrame(reply)); !s.ok()) {
-    Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", s.message()));
-    return Outcome::kDrop;
-  }
-  return Outcome::kKeep;
+  c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrame(reply), UniqueFd()});
+  return Flush(c);
 }
 
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,
-                                                int fd) {
-  if (auto s = SendAll(c.fd.get(), EncodeFrame(frame), fd); !s.ok()) {
-    Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", s.message()));
-    return Outcome::kDrop;
+                                                UniqueFd fd) {
+  c.out.push_back(Outgoing{EncodeFrame(frame), std::move(fd)});
+  return Flush(c);
+}
+
+SessionServer::Outcome SessionServer::Flush(Connection& c) {
+  while (!c.out.empty()) {
+    Outgoing& o = c.out.front();
+    auto sent = SendSome(c.fd.get(), std::string_view(o.bytes).substr(c.out_offset),
+                         c.out_offset == 0 ? o.fd.get() : -1);
+    if (!sent.ok()) {
+      Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", sent.status().message()));
+      return Outcome::kDrop;
+    }
+    if (*sent == 0) return Outcome::kKeep;  // the peer's buffer is full: wait for EPOLLOUT
+    o.fd.reset();                           // it went with the first byte
+    c.out_offset += *sent;
+    if (c.out_offset == o.bytes.size()) {
+      c.out.pop_front();
+      c.out_offset = 0;
+    }
   }
   return Outcome::kKeep;
 }

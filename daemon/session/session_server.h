@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/calls.h"
+#include "daemon/util/descriptors.h"
 #include "daemon/util/rate_limiter.h"
 
 namespace gpubroker {
@@ -24,17 +26,29 @@ namespace gpubroker {
 /// BrokerCalls as gRPC. The connection's end, however it comes (Goodbye,
 /// close, kill -9), ends the session and reclaims its memory.
 ///
-/// A peer that sends garbage, a frame over the limit or nothing at all within
-/// the hello timeout is dropped; no peer can stall the others, since every
-/// socket is non-blocking and a peer that does not read its replies is dropped
-/// rather than waited for.
+/// What one peer can do to the others is bounded:
+///  * a peer that sends garbage, a frame over the limit, or nothing within the
+///    hello timeout is dropped;
+///  * a peer that does not read its replies is not read from until they have
+///    gone out (its connection waits for EPOLLOUT; nothing is dropped, and
+///    nothing more is queued for it);
+///  * each readable event reads one chunk, so a peer that pipelines calls
+///    takes its turn with the others;
+///  * a uid holds at most `max_sessions_per_uid` connections, and every
+///    connection is charged to the daemon's descriptor budget; a connection
+///    over either is answered with an ErrorFrame (RESOURCE_EXHAUSTED) and closed;
+///  * when the kernel refuses a descriptor (EMFILE), the reserve descriptor
+///    lets one waiting peer be told so, and accepting pauses for a moment
+///    rather than spinning on a listener that stays readable.
 class SessionServer {
  public:
   struct Options {
     std::chrono::milliseconds hello_timeout{5000};
+    uint32_t max_sessions_per_uid = 0;  // 0: no cap
   };
 
-  SessionServer(BrokerCalls& calls, Options options);
+  SessionServer(BrokerCalls& calls, DescriptorBudget& descriptors, ReserveDescriptor& reserve,
+                Options options);
   ~SessionServer();
   SessionServer(const SessionServer&) = delete;
   SessionServer& operator=(const SessionServer&) = delete;
@@ -44,7 +58,14 @@ class SessionServer {
   /// Stops accepting, says Goodbye to every client and ends their sessions.
   void Stop();
 
+  /// Connections open now (sessions and peers that have not said Hello yet).
+  uint64_t connections() const { return per_uid_.total(); }
+
  private:
+  struct Outgoing {
+    std::string bytes;
+    UniqueFd fd;  // sent with the first byte, then closed
+  };
   struct Connection {
     UniqueFd fd;
     PeerCredentials peer;
@@ -53,17 +74,29 @@ class SessionServer {
     SessionView view;  // once the session is open
     bool said_goodbye = false;
     std::chrono::steady_clock::time_point hello_deadline;
+    std::deque<Outgoing> out;  // replies the peer has not taken yet
+    size_t out_offset = 0;     // bytes of out.front() already written
+    bool reading = true;       // epoll watches for input (else for output room)
   };
   enum class Outcome { kKeep, kDrop };
 
   void Loop();
   void AcceptAll();
+  void Admit(UniqueFd fd);
+  void OutOfDescriptors();
+  void HandleEvents(Connection& c, uint32_t events, bool* drop);
   Outcome OnReadable(Connection& c);
+  Outcome ProcessFrames(Connection& c);
   Outcome OnFrame(Connection& c, const v1::SessionFrame& frame);
   Outcome OnHello(Connection& c, const v1::Hello& hello);
   Outcome OnFdRequest(Connection& c, const v1::FdRequest& request);
   Outcome OnCall(Connection& c, const v1::Call& call);
-  Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, int fd = -1);
+  /// Queues a frame (and the descriptor that goes with it) and writes what
+  /// the peer takes now.
+  Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, UniqueFd fd = UniqueFd());
+  Outcome Flush(Connection& c);
+  void WatchFor(Connection& c, bool reading);
+  void Remove(int fd);
   /// Sends the registry's requests to unmap to their sessions' clients.
   void SendUnmapRequests();
   void EndSession(Connection& c, bool clean);
@@ -72,7 +105,10 @@ class SessionServer {
   BrokerCalls& calls_;
   Registry& registry_;
   Metrics& metrics_;
+  DescriptorBudget& descriptors_;
+  ReserveDescriptor& reserve_;
   Options options_;
+  PerUidConnections per_uid_;
   UniqueFd listener_;
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: Stop() wakes the loop
@@ -81,6 +117,8 @@ class SessionServer {
   RateLimiter warn_limiter_{5.0, 20.0};
   // Touched by the loop thread only (and by Stop after the thread has ended).
   std::unordered_map<int, std::unique_ptr<Connection>> connections_;
+  bool listening_ = true;  // false while accepting pauses after EMFILE
+  std::chrono::steady_clock::time_point resume_accepting_;
 };
 
 }  // namespace gpubroker

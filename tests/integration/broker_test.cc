@@ -141,15 +141,17 @@ tenants:
   owner.Ok("fill s 77");
   owner.Ok("seal s");
 
-  blue.Ok("open y for.blue");
+  EXPECT_EQ(blue.Send("open y for.blue").rfind("err NOT_FOUND", 0), 0u)
+      << "a bare name is the caller's own tenant's";
+  blue.Ok("open y uid-0/for.blue");
   EXPECT_EQ(blue.Send("check y 77"), "ok");
   blue.Ok("poke y 5 1");
   EXPECT_EQ(owner.Send("peek s 5"), "ok 1");
-  EXPECT_EQ(blue.Send("free for.blue").rfind("err PERMISSION_DENIED", 0), 0u);
-  EXPECT_EQ(blue.Send("open q private").rfind("err NOT_FOUND", 0), 0u);
+  EXPECT_EQ(blue.Send("free uid-0/for.blue").rfind("err PERMISSION_DENIED", 0), 0u);
+  EXPECT_EQ(blue.Send("open q uid-0/private").rfind("err NOT_FOUND", 0), 0u);
   EXPECT_EQ(blue.Send("open q " + private_id + " id").rfind("err NOT_FOUND", 0), 0u)
       << "a forged id of another tenant must read as not found";
-  EXPECT_EQ(green.Send("open q for.blue").rfind("err NOT_FOUND", 0), 0u);
+  EXPECT_EQ(green.Send("open q uid-0/for.blue").rfind("err NOT_FOUND", 0), 0u);
   const auto listed = nlohmann::json::parse(green.Ok("list"));
   EXPECT_TRUE(listed.empty()) << listed.dump();
 }

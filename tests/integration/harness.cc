@@ -28,6 +28,14 @@
 
 namespace gpubroker::testing {
 
+namespace {
+// A child that dies must fail its test, not kill the test binary on its next write.
+const bool kSigpipeIgnored = [] {
+  ::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+}  // namespace
+
 std::string BinDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
@@ -237,18 +245,11 @@ int Process::Wait(std::chrono::milliseconds timeout) {
 // Daemon -----------------------------------------------------------------------
 
 Daemon::Daemon(std::vector<std::string> extra_args, const std::string& config_yaml,
-               const std::vector<std::string>& env) {
-  std::vector<std::string> argv = {BinDir() + "/gpubrokerd",
-                                   "--socket-dir",
-                                   dir_.path(),
-                                   "--metrics-address",
-                                   "127.0.0.1:0",
-                                   "--hello-timeout",
-                                   "300ms",
-                                   "--backend",
-                                   "host",
-                                   "--host-pool-bytes",
-                                   "256MiB"};
+               const std::vector<std::string>& env, std::vector<std::string> launcher) {
+  std::vector<std::string> argv = std::move(launcher);
+  argv.insert(argv.end(), {BinDir() + "/gpubrokerd", "--socket-dir", dir_.path(),
+                           "--metrics-address", "127.0.0.1:0", "--hello-timeout", "300ms",
+                           "--backend", "host", "--host-pool-bytes", "256MiB"});
   if (!config_yaml.empty()) {
     const std::string path = config_path();
     std::ofstream(path) << config_yaml;
@@ -432,6 +433,42 @@ std::vector<std::string> InPodNamespaces(const std::string& socket_dir) {
 
 // Utilities --------------------------------------------------------------------
 
+std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv,
+                                const std::vector<gid_t>& groups) {
+  const std::string id = std::to_string(uid);
+  std::string group_list = "0";
+  for (gid_t g : groups) group_list += "," + std::to_string(g);
+  std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=" + id, "--regid=" + id,
+                                  "--groups=" + group_list, "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start after ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::strtod(field.c_str(), nullptr);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+int OpenDescriptors(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return ec ? -1 : n;
+}
+
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -461,60 +498,6 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   }
   auto body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
-}
-
-// RawSession -------------------------------------------------------------------
-
-RawSession::RawSession(const std::string& socket_dir) {
-  auto fd = ConnectUnix(socket_dir + "/session.sock");
-  if (!fd.ok()) {
-    ADD_FAILURE() << fd.status();
-    return;
-  }
-  fd_ = std::move(*fd);
-  v1::SessionFrame hello;
-  hello.mutable_hello()->set_protocol_version(1);
-  hello.mutable_hello()->set_client_name("raw");
-  if (!SendAll(fd_.get(), EncodeFrame(hello)).ok()) return;
-  if (auto frame = Read(); frame && frame->has_welcome()) welcome_ = frame->welcome();
-}
-
-std::string RawSession::token_hex() const {
-  Token token{};
-  std::memcpy(token.data(), welcome_.token().data(),
-              std::min(token.size(), welcome_.token().size()));
-  return TokenToHex(token);
-}
-
-std::optional<v1::SessionFrame> RawSession::Exchange(v1::Call call) {
-  const uint64_t id = next_id_++;
-  call.set_request_id(id);
-  v1::SessionFrame frame;
-  *frame.mutable_call() = std::move(call);
-  if (!SendAll(fd_.get(), EncodeFrame(frame)).ok()) return std::nullopt;
-  for (;;) {
-    auto answer = Read();
-    if (!answer) return std::nullopt;
-    if ((answer->has_reply() && answer->reply().request_id() == id) ||
-        (answer->has_error() && answer->error().request_id() == id)) {
-      return answer;
-    }
-  }
-}
-
-std::optional<v1::SessionFrame> RawSession::Read() {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  char buf[4096];
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto frame = decoder_.Next();
-    if (!frame.ok()) return std::nullopt;
-    if (frame->has_value()) return std::move(**frame);
-    if (!WaitReadable(fd_.get(), std::chrono::milliseconds(100)).ok()) continue;
-    auto got = RecvSome(fd_.get(), buf, sizeof(buf), nullptr);
-    if (!got.ok() || got->eof) return std::nullopt;
-    decoder_.Append(std::string_view(buf, got->bytes));
-  }
-  return std::nullopt;
 }
 
 }  // namespace gpubroker::testing

@@ -15,6 +15,7 @@
 #include "common/unique_fd.h"
 #include "common/wire/frame.h"
 #include "gpubroker/v1/session.pb.h"
+#include "tests/integration/raw_session.h"
 
 namespace gpubroker::testing {
 
@@ -70,8 +71,10 @@ class Daemon {
  public:
   /// Starts and waits for the start line. `config_yaml` (if any) is written to
   /// a file and passed with --config. `env`: as for Process::Spawn.
+  /// `launcher` (e.g. prlimit and its arguments) is put before the daemon's
+  /// command line; it must exec it.
   explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& config_yaml = "",
-                  const std::vector<std::string>& env = {});
+                  const std::vector<std::string>& env = {}, std::vector<std::string> launcher = {});
   ~Daemon();
 
   bool ok() const { return ok_; }
@@ -141,28 +144,18 @@ class Helper {
   bool gone_ = false;
 };
 
-/// A session opened by hand on session.sock, with no client library: for
-/// tests of what travels on the wire.
-class RawSession {
- public:
-  /// Connects and says Hello; ok() when Welcome came.
-  explicit RawSession(const std::string& socket_dir);
-  bool ok() const { return welcome_.token().size() == 16; }
-  const v1::Welcome& welcome() const { return welcome_; }
-  /// The token as the gRPC socket wants it in metadata.
-  std::string token_hex() const;
-  /// Sends `call` with a fresh request id and returns the frame that answers
-  /// it (a Reply or an ErrorFrame); nullopt when none came within 5 s.
-  std::optional<v1::SessionFrame> Exchange(v1::Call call);
+/// `argv` run as another user, through setpriv: real and effective uid and
+/// gid `uid`, supplementary group 0 only (so that the 0660 root:root sockets
+/// of a test daemon are reachable, as a socket group's members reach them).
+/// `groups`: more supplementary groups.
+std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv,
+                                const std::vector<gid_t>& groups = {});
 
- private:
-  std::optional<v1::SessionFrame> Read();
+/// CPU seconds (user + system) a process has used so far; -1 when unknown.
+double CpuSeconds(pid_t pid);
 
-  UniqueFd fd_;
-  FrameDecoder decoder_;
-  v1::Welcome welcome_;
-  uint64_t next_id_ = 1;
-};
+/// Descriptors a process holds now; -1 when unknown.
+int OpenDescriptors(pid_t pid);
 
 /// The service manager's end of sd_notify: a datagram socket (pass
 /// "NOTIFY_SOCKET=" + path() to the daemon) that collects what the daemon

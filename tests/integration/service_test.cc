@@ -16,7 +16,7 @@
 
 #include "common/unique_fd.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -116,12 +116,14 @@ TEST(Service, SighupRefusesABadFileAndKeepsTheRunningConfiguration) {
   Helper client(daemon.socket_dir());
   ASSERT_TRUE(client.ok());
 
-  // Each: a file the parser refuses, and one that only the daemon's own
-  // checks refuse (a uid in two tenants).
+  // Each: a file the parser refuses, and ones that only the daemon's own
+  // checks refuse (a uid in two tenants, a reserved tenant name).
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"tenants: [unclosed\n", "not valid YAML"},
       {"tenants:\n  - name: a\n    uids: [5]\n  - name: b\n    uids: [5]\n",
        "uid 5 is in tenants 'a' and 'b'"},
+      // A name that would absorb a user: refused on reload as at start.
+      {"tenants:\n  - name: uid-77\n    uids: [78]\n", "'uid-77'"},
   };
   int refusals = 0;
   for (const auto& [text, why] : bad) {

@@ -103,7 +103,10 @@ TEST(Options, BadValuesNameTheOptionAndTheSource) {
   EXPECT_TRUE(Parse({"--metrics-address", ""}).ok());
   EXPECT_FALSE(Parse({"--log-level", "loud"}).ok());
   EXPECT_FALSE(Parse({"--hello-timeout", "0s"}).ok());
-  EXPECT_FALSE(Parse({"--config", "/nonexistent/gpubroker.yaml"}).ok());
+  const auto missing = Parse({"--config", "/nonexistent/gpubroker.yaml"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "cannot read config file /nonexistent/gpubroker.yaml: No such file or directory");
 }
 
 TEST(ConfigFile, ReadsTenantsAndQuotas) {
@@ -167,6 +170,25 @@ TEST(Tenants, RejectsAmbiguity) {
   EXPECT_FALSE(TenantDirectory::Create({{"a", {}, {5}, 0}, {"b", {}, {5}, 0}}, 0).ok());
   EXPECT_FALSE(TenantDirectory::Create({{"a", {}, {}, 0}, {"a", {}, {}, 0}}, 0).ok());
   EXPECT_FALSE(TenantDirectory::Create({{"bad/name", {}, {}, 0}}, 0).ok());
+}
+
+TEST(Tenants, RefusesNamesReservedForUsersNoTenantLists) {
+  auto d = TenantDirectory::Create({{"uid-1000", {2000}, {}, 0}}, 0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("reserved"), std::string::npos) << d.status();
+  EXPECT_FALSE(TenantDirectory::Create({{"uid-x", {}, {}, 0}}, 0).ok());
+  EXPECT_TRUE(TenantDirectory::Create({{"uidx", {}, {}, 0}}, 0).ok());
+}
+
+TEST(Tenants, AdministratorsAreRootAndTheAdminGroup) {
+  auto d = TenantDirectory::Create({}, 0, gid_t{4242});
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->IsAdmin({1, 0, 0, {}}));
+  EXPECT_TRUE(d->IsAdmin({1, 1000, 4242, {}}));
+  EXPECT_TRUE(d->IsAdmin({1, 1000, 1000, {27, 4242}}));
+  EXPECT_FALSE(d->IsAdmin({1, 1000, 1000, {27}}));
+  auto no_group = TenantDirectory::Create({}, 0);
+  EXPECT_FALSE(no_group->IsAdmin({1, 1000, 4242, {4242}}));
 }
 
 TEST(Tensor, ValidatesExtentAgainstTheBuffer) {

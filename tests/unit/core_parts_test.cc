@@ -2,6 +2,7 @@
 // status macros and checks they are written with.
 #include "common/check.h"
 #include "common/dtype.h"
+#include "common/names.h"
 #include "common/refusal.h"
 #include "common/status_macros.h"
 #include "daemon/backend/host_backend.h"
@@ -17,31 +18,58 @@ namespace {
 
 TEST(NameTable, HoldsBindsAndGivesBackNames) {
   NameTable names;
-  ASSERT_TRUE(names.Hold("a").ok());
-  EXPECT_EQ(names.Hold("a").code(), absl::StatusCode::kAlreadyExists) << "held is taken";
-  EXPECT_FALSE(names.Find("a")) << "a held name names nothing yet";
-  names.Bind("a", 7);
-  EXPECT_EQ(names.Find("a"), 7u);
-  names.Remove("a", 8);
-  EXPECT_EQ(names.Find("a"), 7u) << "only the buffer it names removes it";
-  names.Remove("a", 7);
-  EXPECT_FALSE(names.Find("a"));
-  ASSERT_TRUE(names.Hold("b").ok());
-  names.Drop("b");
-  EXPECT_TRUE(names.Hold("b").ok()) << "a failed allocation gives its name back";
+  ASSERT_TRUE(names.Hold("t", "a").ok());
+  EXPECT_EQ(names.Hold("t", "a").code(), absl::StatusCode::kAlreadyExists) << "held is taken";
+  EXPECT_FALSE(names.Find("t", "a")) << "a held name names nothing yet";
+  names.Bind("t", "a", 7);
+  EXPECT_EQ(names.Find("t", "a"), 7u);
+  names.Remove("t", "a", 8);
+  EXPECT_EQ(names.Find("t", "a"), 7u) << "only the buffer it names removes it";
+  names.Remove("t", "a", 7);
+  EXPECT_FALSE(names.Find("t", "a"));
+  ASSERT_TRUE(names.Hold("t", "b").ok());
+  names.Drop("t", "b");
+  EXPECT_TRUE(names.Hold("t", "b").ok()) << "a failed allocation gives its name back";
+}
+
+TEST(NameTable, EachTenantHasItsOwnNames) {
+  NameTable names;
+  ASSERT_TRUE(names.Hold("blue", "frames").ok());
+  names.Bind("blue", "frames", 1);
+  ASSERT_TRUE(names.Hold("green", "frames").ok()) << "another tenant's name takes nothing";
+  names.Bind("green", "frames", 2);
+  EXPECT_EQ(names.Find("blue", "frames"), 1u);
+  EXPECT_EQ(names.Find("green", "frames"), 2u);
+  names.Remove("green", "frames", 2);
+  EXPECT_EQ(names.Find("blue", "frames"), 1u);
+}
+
+TEST(NameRef, BareNamesAndTenantQualifiedNames) {
+  auto bare = ParseNameRef("frames");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->tenant, "");
+  EXPECT_EQ(bare->name, "frames");
+  auto qualified = ParseNameRef("blue/frames");
+  ASSERT_TRUE(qualified.ok());
+  EXPECT_EQ(qualified->tenant, "blue");
+  EXPECT_EQ(qualified->name, "frames");
+  EXPECT_FALSE(ParseNameRef("/frames").ok());
+  EXPECT_FALSE(ParseNameRef("blue/").ok());
+  EXPECT_FALSE(ParseNameRef("a/b/c").ok()) << "a name has no '/'";
+  EXPECT_FALSE(ParseNameRef("9lives/frames").ok());
 }
 
 TEST(TenantBooks, EnforcesTheQuotaAndTalliesTenants) {
   auto dir = TenantDirectory::Create({{"blue", {100}, {}, 1000}}, 0);
   ASSERT_TRUE(dir.ok());
-  TenantBooks books(std::make_shared<const TenantDirectory>(std::move(*dir)));
-  ASSERT_TRUE(books.ReserveBuffer("blue", 600).ok());
-  const absl::Status over = books.ReserveBuffer("blue", 500);
+  TenantBooks books(std::make_shared<const TenantDirectory>(std::move(*dir)), {});
+  ASSERT_TRUE(books.ReserveBuffer("blue", 600, false).ok());
+  const absl::Status over = books.ReserveBuffer("blue", 500, false);
   EXPECT_EQ(RefusalOf(over), Refusal::kQuota);
   EXPECT_NE(std::string(over.message()).find("600 of 1000 in use, 400 left"), std::string::npos)
       << over;
   books.Settle("blue", 600, 400);
-  EXPECT_TRUE(books.ReserveBuffer("blue", 500).ok()) << "settled to what the buffer took";
+  EXPECT_TRUE(books.ReserveBuffer("blue", 500, false).ok()) << "settled to what the buffer took";
   books.SessionOpened("uid-5");
   const auto tally = books.Tally();
   ASSERT_EQ(tally.size(), 2u);

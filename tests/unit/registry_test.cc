@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -106,15 +107,18 @@ TEST_P(RegistryTest, RefusesBadInputWithInvalidArgument) {
   EXPECT_TRUE(registry_->Allocate(s, {.size = 1, .device = backend_->devices()[0].uuid}).ok());
 }
 
-TEST_P(RegistryTest, NamesAreUniqueUntilFreed) {
+TEST_P(RegistryTest, NamesAreUniqueWithinATenantUntilFreed) {
   SessionId a = Session();
+  SessionId a2 = Session();
   SessionId b = Session(2000);
   auto first = Alloc(a, 100, "model.weights");
-  auto clash = registry_->Allocate(b, {.size = 100, .name = "model.weights"});
+  auto clash = registry_->Allocate(a2, {.size = 100, .name = "model.weights"});
   EXPECT_EQ(clash.status().code(), absl::StatusCode::kAlreadyExists);
+  auto other_tenant = registry_->Allocate(b, {.size = 100, .name = "model.weights"});
+  ASSERT_TRUE(other_tenant.ok()) << "another tenant's names are its own";
+  EXPECT_NE(other_tenant->buffer.id, first.buffer.id);
   ASSERT_TRUE(registry_->Free(a, {0, "model.weights"}).ok());
-  EXPECT_TRUE(registry_->Allocate(b, {.size = 100, .name = "model.weights"}).ok());
-  (void)first;
+  EXPECT_TRUE(registry_->Allocate(a2, {.size = 100, .name = "model.weights"}).ok());
 }
 
 TEST_P(RegistryTest, OpenNeedsSealUnlessAskedOtherwise) {
@@ -325,15 +329,22 @@ TEST_P(RegistryTest, OtherTenantsSeeNothingUnlessShared) {
   ASSERT_TRUE(shared.ok());
   EXPECT_EQ(shared->import.region_id, 0u) << "a cross-tenant buffer must have an fd of its own";
   ASSERT_TRUE(registry_->Seal(alice, shared->buffer.id).ok());
-  auto opened = registry_->Open(bob, {0, "for-bob"}, {});
+  EXPECT_EQ(registry_->Open(bob, {0, "for-bob"}, {}).status().code(), absl::StatusCode::kNotFound)
+      << "a bare name is the caller's own tenant's";
+  auto opened = registry_->Open(bob, {0, "uid-1000/for-bob"}, {});
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_TRUE(registry_->ExportBufferFd(bob, shared->buffer.id).ok());
   EXPECT_EQ(registry_->Seal(bob, shared->buffer.id).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry_->Free(bob, {0, "for-bob"}).status().code(),
+  EXPECT_EQ(registry_->Free(bob, {0, "uid-1000/for-bob"}).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry_->Open(carol, {0, "for-bob"}, {}).status().code(),
+  EXPECT_EQ(registry_->Open(carol, {0, "uid-1000/for-bob"}, {}).status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Open(bob, {0, "uid-1000/secret"}, {}).status().message(),
+            "no buffer named 'uid-1000/secret'")
+      << "an unshared name must read like a missing one";
+  EXPECT_EQ(registry_->Open(bob, {0, "uid-1000/no.such"}, {}).status().message(),
+            "no buffer named 'uid-1000/no.such'");
   EXPECT_EQ(registry_->ExportBufferFd(carol, shared->buffer.id).status().code(),
             absl::StatusCode::kNotFound);
   ASSERT_EQ(registry_->List(bob).size(), 1u);
@@ -404,6 +415,111 @@ TEST(RegistryOnHost, DeviceFullRollsBackNameAndQuota) {
   EXPECT_EQ(NodeStatusCollector(registry, backend).Collect().tenants[0].used_bytes, 3 * kMiB);
   EXPECT_TRUE(registry.Allocate(s->id, {.size = kMiB, .name = "wanted"}).ok())
       << "the name of a refused allocation must be free again";
+}
+
+}  // namespace
+}  // namespace gpubroker
+
+namespace gpubroker {
+namespace {
+
+// TTL arithmetic: no TTL wraps the expiry, none is saturated into "never"
+// silently, and the reaper consumes each entry once.
+TEST(RegistryTtl, TtlsOverTheLimitAreRefusedAndExpiriesNeverOverflow) {
+  HostBackend backend(64 * kMiB);
+  std::atomic<int64_t> now{std::numeric_limits<int64_t>::max() - 10};
+  Registry registry(backend, *TenantDirectory::Create({}, 0), [&] { return now.load(); });
+  auto s = registry.OpenSession({1, 1000, 1000}, "t");
+  for (uint64_t ttl : {kMaxTtlMs + 1, uint64_t{1} << 63, ~uint64_t{0},
+                       ~uint64_t{0} - static_cast<uint64_t>(now.load()) + 1}) {
+    auto g = registry.Allocate(s->id, {.size = 4096, .keep = true, .ttl_ms = ttl});
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << ttl;
+  }
+  // At the end of time, an expiry saturates instead of wrapping below now.
+  auto last = registry.Allocate(s->id, {.size = 4096, .keep = true, .ttl_ms = kMaxTtlMs});
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->buffer.expires_unix_ms, std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(registry.Release(s->id, last->buffer.id, false).ok());
+  EXPECT_EQ(registry.ExpireDue(now.load()).buffers_expired, 0u);
+  // Two buffers at the same instant, one of them freed first by hand.
+  now = 1'000'000;
+  auto a = registry.Allocate(s->id, {.size = 4096, .name = "a", .keep = true, .ttl_ms = 10});
+  auto b = registry.Allocate(s->id, {.size = 4096, .name = "b", .keep = true, .ttl_ms = 10});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(registry.Release(s->id, a->buffer.id, true).ok());
+  ASSERT_TRUE(registry.Release(s->id, b->buffer.id, false).ok());
+  const ExpiryReport r = registry.ExpireDue(1'000'010);
+  EXPECT_EQ(r.buffers_expired, 1u);
+  EXPECT_EQ(r.buffers_destroyed, 1u);
+  EXPECT_EQ(registry.NextExpiry(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(registry.ExpireDue(std::numeric_limits<int64_t>::max()).buffers_expired, 1u);
+  EXPECT_FALSE(registry.NextExpiry());
+  EXPECT_EQ(backend.Usage(0).used_bytes, 0u);
+}
+
+// Count limits: buffers and descriptors per tenant, and the daemon's budget.
+TEST(RegistryLimits, BuffersAndDescriptorsPerTenantAndTheBudgetAreCapped) {
+  HostBackend backend(64 * kMiB);
+  DescriptorBudget budget(5);
+  TenantLimits limits;
+  limits.max_buffers_per_tenant = 6;
+  limits.max_descriptors_per_tenant = 3;
+  limits.descriptors = &budget;
+  Registry registry(backend, *TenantDirectory::Create({}, 0), {}, limits);
+  auto alice = registry.OpenSession({1, 1000, 1000}, "a");
+  auto bob = registry.OpenSession({2, 1001, 1001}, "b");
+  std::vector<BufferId> shared;
+  for (int i = 0; i < 3; ++i) {
+    auto g = registry.Allocate(alice->id, {.size = 1, .share_with = {"uid-1001"}});
+    ASSERT_TRUE(g.ok()) << g.status();
+    shared.push_back(g->buffer.id);
+  }
+  auto fourth = registry.Allocate(alice->id, {.size = 1, .share_with = {"uid-1001"}});
+  EXPECT_EQ(fourth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(RefusalOf(fourth.status()), Refusal::kLimit);
+  EXPECT_NE(fourth.status().message().find("max_descriptors_per_tenant"), std::string::npos);
+  EXPECT_EQ(budget.in_use(), 3u);
+  // Arena buffers hold no descriptor, but count as buffers.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(registry.Allocate(alice->id, {.size = 1}).ok());
+  auto seventh = registry.Allocate(alice->id, {.size = 1});
+  EXPECT_EQ(RefusalOf(seventh.status()), Refusal::kLimit);
+  EXPECT_NE(seventh.status().message().find("max_buffers_per_tenant"), std::string::npos);
+  // Another tenant has its own counts, but the daemon's budget is shared.
+  ASSERT_TRUE(registry.Allocate(bob->id, {.size = 1, .share_with = {"uid-1000"}}).ok());
+  ASSERT_TRUE(registry.Allocate(bob->id, {.size = 1, .share_with = {"uid-1000"}}).ok());
+  auto over_budget = registry.Allocate(bob->id, {.size = 1, .share_with = {"uid-1000"}});
+  EXPECT_EQ(RefusalOf(over_budget.status()), Refusal::kLimit);
+  EXPECT_NE(over_budget.status().message().find("descriptors it may hold"), std::string::npos);
+  EXPECT_EQ(budget.in_use(), 5u);
+  // Freed, they count no more.
+  ASSERT_TRUE(registry.Release(alice->id, shared[0], true).ok());
+  EXPECT_EQ(budget.in_use(), 4u);
+  EXPECT_TRUE(registry.Allocate(alice->id, {.size = 1, .share_with = {"uid-1001"}}).ok());
+  registry.EndSession(alice->id);
+  registry.EndSession(bob->id);
+  EXPECT_EQ(budget.in_use(), 0u);
+}
+
+TEST(DescriptorLimits, BudgetAndPerUidCountsRefuseOverTheirLimits) {
+  DescriptorBudget budget(3);
+  EXPECT_TRUE(budget.TryCharge(2));
+  EXPECT_FALSE(budget.TryCharge(2));
+  EXPECT_TRUE(budget.TryCharge(1));
+  EXPECT_FALSE(budget.TryCharge(1));
+  budget.Release(3);
+  EXPECT_EQ(budget.in_use(), 0u);
+  EXPECT_EQ(DescriptorBudget::LimitFor(1024), 896u);
+  EXPECT_EQ(DescriptorBudget::LimitFor(100), 50u);
+  PerUidConnections per_uid(2);
+  EXPECT_TRUE(per_uid.TryAdmit(7));
+  EXPECT_TRUE(per_uid.TryAdmit(7));
+  EXPECT_FALSE(per_uid.TryAdmit(7));
+  EXPECT_TRUE(per_uid.TryAdmit(8));
+  EXPECT_EQ(per_uid.total(), 3u);
+  per_uid.Release(7);
+  EXPECT_TRUE(per_uid.TryAdmit(7));
+  PerUidConnections uncapped(0);
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(uncapped.TryAdmit(1));
 }
 
 }  // namespace

@@ -168,7 +168,8 @@ class GPUBROKER_API Client {
   ///         LimitExceededError (each a ResourceExhaustedError: quota, device full, count limit).
   Buffer allocate(uint64_t size, const AllocateOptions& options = {});
 
-  /// @brief Opens a buffer by name.
+  /// @brief Opens a buffer by name: a name of this client's tenant, or
+  /// "tenant/name" for a buffer another tenant shares with it.
   /// @throws NotFoundError, FailedPreconditionError (not sealed, no wait),
   ///         DeadlineExceededError (the wait ran out).
   Buffer open(std::string_view name, const OpenOptions& options = {});
@@ -179,7 +180,8 @@ class GPUBROKER_API Client {
               std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   /// @brief Frees a buffer of this tenant: the name goes at once, the memory
-  /// once no lease remains. `name_or_id`: all digits means an id.
+  /// once no lease remains. `name_or_id`: all digits means an id; a name is
+  /// this tenant's.
   /// @return the buffer as it was when freed.
   BufferInfo free(std::string_view name_or_id);
   BufferInfo free(BufferId id);

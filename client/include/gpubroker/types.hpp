@@ -125,12 +125,14 @@ struct BrokerStatus {
   int64_t started_unix_ms = 0;
   uint64_t self_session_id = 0;
   std::string self_tenant;
+  bool self_admin = false;   ///< root or the daemon's admin group
+  bool all_tenants = false;  ///< `tenants` lists every tenant; else only this one's
 };
 
 /// @brief Options of Client::allocate.
 struct AllocateOptions {
   std::string device;  ///< UUID or ordinal; empty: the first device
-  std::string name;    ///< optional; unique on the node
+  std::string name;    ///< optional; unique within this tenant
   std::optional<TensorDesc> tensor;
   bool keep = false;                    ///< outlive this process's session (until freed or TTL)
   std::chrono::milliseconds ttl{0};     ///< 0: no TTL

@@ -1,0 +1,93 @@
+#include "daemon/util/descriptors.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace gpubroker {
+
+DescriptorLimit RaiseDescriptorLimit() {
+  DescriptorLimit out;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return out;
+  out.was = lim.rlim_cur;
+  out.hard = lim.rlim_max;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  out.soft = lim.rlim_cur;
+  return out;
+}
+
+int CountOpenDescriptors() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(dir);
+  return n - 1;  // the directory's own descriptor
+}
+
+ReserveDescriptor::ReserveDescriptor() : reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+
+bool ReserveDescriptor::Shed(int listener, const std::function<void(int fd)>& turn_away) {
+  absl::MutexLock lock(&mu_);
+  reserve_.reset();
+  UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  const bool accepted = fd.valid();
+  if (accepted) turn_away(fd.get());
+  fd.reset();
+  reserve_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  return accepted;
+}
+
+uint64_t DescriptorBudget::LimitFor(uint64_t soft) {
+  const uint64_t headroom = std::max<uint64_t>(128, soft / 8);
+  return soft > headroom ? soft - headroom : soft / 2;
+}
+
+bool DescriptorBudget::TryCharge(uint64_t n) {
+  if (limit_ == 0) {
+    used_.fetch_add(n, std::memory_order_relaxed);
+    return true;
+  }
+  uint64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (used + n > limit_) return false;
+  } while (!used_.compare_exchange_weak(used, used + n, std::memory_order_relaxed));
+  return true;
+}
+
+void DescriptorBudget::Release(uint64_t n) { used_.fetch_sub(n, std::memory_order_relaxed); }
+
+bool PerUidConnections::TryAdmit(uid_t uid) {
+  absl::MutexLock lock(&mu_);
+  uint32_t& count = counts_[uid];
+  if (max_ != 0 && count >= max_) return false;
+  ++count;
+  ++total_;
+  return true;
+}
+
+void PerUidConnections::Release(uid_t uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = counts_.find(uid);
+  if (it == counts_.end()) return;
+  --total_;
+  if (--it->second == 0) counts_.erase(it);
+}
+
+uint64_t PerUidConnections::total() const {
+  absl::MutexLock lock(&mu_);
+  return total_;
+}
+
+}  // namespace gpubroker

@@ -1,0 +1,95 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/unique_fd.h"
+
+namespace gpubroker {
+
+/// The process's limit on open descriptors (RLIMIT_NOFILE).
+struct DescriptorLimit {
+  uint64_t soft = 0;
+  uint64_t hard = 0;
+  uint64_t was = 0;  // the soft limit before RaiseDescriptorLimit
+};
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (a node service holds a
+/// descriptor per client connection and per shared buffer; the usual soft
+/// limit of 1024 is a limit for interactive shells, not for daemons).
+DescriptorLimit RaiseDescriptorLimit();
+
+/// Descriptors this process holds now (entries of /proc/self/fd); -1 when unknown.
+int CountOpenDescriptors();
+
+/// One descriptor held back (on /dev/null) for the moment the process has
+/// none left: closing it makes room to accept one waiting connection, tell
+/// the peer why it is turned away and close it, instead of leaving it in the
+/// listen queue while the listener reports readable forever. Thread-safe.
+class ReserveDescriptor {
+ public:
+  ReserveDescriptor();
+
+  /// Accepts one connection from `listener` in the reserve's place, hands it
+  /// to `turn_away` (which may write to it) and closes it, then takes the
+  /// reserve back. False when no connection could be accepted even so.
+  bool Shed(int listener, const std::function<void(int fd)>& turn_away);
+
+ private:
+  absl::Mutex mu_;
+  UniqueFd reserve_ ABSL_GUARDED_BY(mu_);
+};
+
+/// The descriptors that clients make the daemon hold: one per connection on
+/// either socket, one per buffer with a descriptor of its own. Charged before
+/// the descriptor is made, so that the daemon refuses (RESOURCE_EXHAUSTED)
+/// well before the kernel does (EMFILE), and keeps room for what clients do
+/// not control (gRPC's own descriptors, the driver's, logs, metrics).
+/// Thread-safe, lock-free.
+class DescriptorBudget {
+ public:
+  /// `limit`: descriptors that may be charged; 0: no limit.
+  explicit DescriptorBudget(uint64_t limit) : limit_(limit) {}
+
+  /// The budget for a process whose soft RLIMIT_NOFILE is `soft`: all of it
+  /// but a headroom of an eighth (at least 128) for the daemon's own needs.
+  static uint64_t LimitFor(uint64_t soft);
+
+  bool TryCharge(uint64_t n = 1);
+  void Release(uint64_t n = 1);
+  uint64_t in_use() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t limit() const { return limit_; }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> used_{0};
+};
+
+/// Connections per uid on one socket, capped. Thread-safe.
+class PerUidConnections {
+ public:
+  /// `max_per_uid`: 0 for no cap.
+  explicit PerUidConnections(uint32_t max_per_uid) : max_(max_per_uid) {}
+
+  /// Counts one more connection of `uid`; false (and nothing counted) when
+  /// the uid is at its cap.
+  bool TryAdmit(uid_t uid);
+  void Release(uid_t uid);
+  uint32_t max_per_uid() const { return max_; }
+  /// Connections counted now, all uids together.
+  uint64_t total() const;
+
+ private:
+  const uint32_t max_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uid_t, uint32_t> counts_ ABSL_GUARDED_BY(mu_);
+  uint64_t total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gpubroker
