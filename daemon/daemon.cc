@@ -205,7 +205,9 @@ absl::Status Daemon::StartGrpc() {
   // hands them to the server (see GrpcAcceptor for why).
   builder.RegisterService(service_.get());
   grpc::ResourceQuota quota("gpubrokerd");
-  quota.SetMaxThreads(1024);  // Open(wait) holds a thread while it waits
+  // Waiting Opens hold no thread (the callback API); the synchronous calls
+  // are short, so this bounds the threads a flood of them can make.
+  quota.SetMaxThreads(256);
   builder.SetResourceQuota(quota);
   server_ = builder.BuildAndStart();
   if (!server_) return absl::FailedPreconditionError("cannot start the gRPC server");
@@ -247,7 +249,12 @@ absl::Status Daemon::Start() {
   limits.max_buffers_per_tenant = options_.max_buffers_per_tenant;
   limits.max_descriptors_per_tenant = options_.max_descriptors_per_tenant;
   limits.descriptors = descriptors_.get();
-  registry_ = std::make_unique<Registry>(*backend_, std::move(tenants), Registry::Clock(), limits);
+  WaitLimits waits;
+  waits.max_per_session = options_.max_waiters_per_session;
+  waits.max_per_tenant = options_.max_waiters_per_tenant;
+  waits.default_timeout = std::chrono::milliseconds(options_.wait_timeout_ms);
+  registry_ =
+      std::make_unique<Registry>(*backend_, std::move(tenants), Registry::Clock(), limits, waits);
 
   status_ =
       std::make_unique<NodeStatusCollector>(*registry_, *backend_, [this](NodeStatus::Process& p) {
@@ -455,20 +462,17 @@ void Daemon::SetServing(bool serving) {
 }
 
 void Daemon::ReapExpired() {
-  while (!stop_reaper_.HasBeenNotified()) {
-    const int64_t now = absl::ToUnixMillis(absl::Now());
-    const ExpiryReport r = registry_->ExpireDue(now);
+  // The registry's timer: TTLs and the deadlines of parked Opens. It sleeps
+  // until the earliest of them, and the registry wakes it when an earlier one
+  // is set; once a second at least, so that a clock step is caught up.
+  while (registry_->AwaitTimers(absl::Seconds(1))) {
+    registry_->ExpireWaits(std::chrono::steady_clock::now());
+    const ExpiryReport r = registry_->ExpireDue(absl::ToUnixMillis(absl::Now()));
     if (r.buffers_expired > 0) {
       if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes, ReclaimCause::kTtl);
       spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
                    FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
     }
-    // Sleep until the next TTL, but wake at least once a second for new ones.
-    int64_t wait_ms = 1000;
-    if (auto next = registry_->NextExpiry()) {
-      wait_ms = std::clamp<int64_t>(*next - absl::ToUnixMillis(absl::Now()), 1, 1000);
-    }
-    stop_reaper_.WaitForNotificationWithTimeout(absl::Milliseconds(wait_ms));
   }
 }
 
@@ -494,7 +498,7 @@ void Daemon::Shutdown() {
   if (health_) health_->Shutdown();
   spdlog::debug("gRPC server stopped");
   if (reaper_.joinable()) {
-    stop_reaper_.Notify();
+    registry_->StopTimers();
     reaper_.join();
   }
   if (registry_) {

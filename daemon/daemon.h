@@ -93,7 +93,6 @@ class Daemon {
   std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<TcpHealthServer> health_;  // --health-address
   std::string health_bound_;
-  absl::Notification stop_reaper_;
   std::thread reaper_;
   absl::Notification stop_notifier_;
   std::thread notifier_;

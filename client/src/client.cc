@@ -241,9 +241,14 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
   v1::OpenResponse resp;
   v1::Call call;
   v1::Reply reply;
-  if (!options.wait) *call.mutable_open() = req;
-  // A waiting Open goes through gRPC: it must not hold up the session's connection.
-  if (!options.wait && impl_->Call(std::move(call), &reply)) {
+  *call.mutable_open() = req;
+  // A waiting Open is parked in the daemon and answered on the session's
+  // connection when the buffer is sealed; the connection serves this
+  // client's other calls meanwhile. A daemon that does not say it parks
+  // them gets them through gRPC.
+  const bool on_session = !options.wait || impl_->waits_on_session();
+  if (on_session && impl_->Call(std::move(call), &reply,
+                                options.wait ? options.timeout : std::chrono::milliseconds(0))) {
     resp = std::move(*reply.mutable_open());
   } else {
     grpc::ClientContext ctx;

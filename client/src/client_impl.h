@@ -4,11 +4,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -65,8 +67,12 @@ class Mapping {
   virtual std::unique_ptr<CachedMapping> TakeMemory() { return nullptr; }
 };
 
-/// The client end of session.sock: the session's lifeline and the channel on
-/// which descriptors arrive. Thread-safe: one request at a time.
+/// The client end of session.sock: the session's lifeline, the channel on
+/// which descriptors arrive, and the data path's calls. Thread-safe, and
+/// several requests may be out at once: replies come back in any order (an
+/// Open that waits is answered when its buffer is sealed) and are matched to
+/// their requests by id. No thread of its own: whichever caller is waiting
+/// reads for all of them, one at a time.
 class SessionChannel {
  public:
   /// Connects, says Hello, waits for Welcome. Throws UnavailableError.
@@ -108,14 +114,33 @@ class SessionChannel {
   void SayGoodbye() noexcept;
 
  private:
-  v1::SessionFrame ReadFrame(std::chrono::milliseconds timeout, UniqueFd* fd);
-  /// Sends `frame` (locked) and reads until the answer to `id` comes:
-  /// returns it, or throws the ErrorFrame or Goodbye that came instead.
+  // Where the answer to one request lands.
+  struct Slot {
+    bool done = false;
+    v1::SessionFrame frame;
+    UniqueFd fd;
+  };
+
+  /// Sends `frame` (the request `id`) and waits until its answer comes:
+  /// returns it, or throws the ErrorFrame that came instead, or why the
+  /// session ended.
   v1::SessionFrame Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
                             std::chrono::milliseconds timeout);
+  /// Reads what arrives within `timeout` and hands each frame to its slot.
+  /// The reader's role is held (reading_); `lock` is released while blocked.
+  void ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout);
+  void Dispatch(v1::SessionFrame frame);  // under mu_
+  /// Gives back the leases of Opens answered after their caller gave up.
+  void ReleaseOrphans();
+  [[noreturn]] void ThrowEnded() const;  // under mu_
 
-  std::mutex mu_;
   UniqueFd fd_;
+  v1::Welcome welcome_;
+  std::chrono::milliseconds timeout_;
+
+  std::mutex send_mu_;  // one frame goes out whole before the next
+  std::mutex mu_;       // all that follows
+  std::condition_variable answered_;
   FrameDecoder decoder_;
   std::deque<UniqueFd> fds_;  // received, not yet matched to their FdGrant
   std::function<void(const v1::BlocksReturned&)> on_returned_;
@@ -123,8 +148,13 @@ class SessionChannel {
   // A frame the daemon sends unasked: handed to its handler; false for others.
   bool Unasked(const v1::SessionFrame& frame);
   uint64_t next_request_id_ = 1;
-  v1::Welcome welcome_;
-  std::chrono::milliseconds timeout_;
+  std::unordered_map<uint64_t, Slot*> slots_;
+  bool reading_ = false;
+  std::vector<uint64_t> orphans_;  // buffers granted to Opens whose caller gave up
+  // Why the session is over (the daemon closed it, said Goodbye, failed it,
+  // or sent garbage); OK while it serves.
+  absl::Status ended_;
+  std::optional<v1::ErrorFrame> ended_by_;  // the daemon's ErrorFrame for the session, if so
 };
 
 /// A region fetched from the daemon and kept for the life of the session: the
@@ -159,8 +189,12 @@ class ClientImpl {
 
   v1::Broker::Stub& stub() { return *stub_; }
   /// One data-path call on the session's connection, bounded by the call
-  /// timeout; it carries this client's counters.
-  bool Call(v1::Call call, v1::Reply* reply);
+  /// timeout (`extra` on top: a waiting Open's own timeout); it carries this
+  /// client's counters.
+  bool Call(v1::Call call, v1::Reply* reply,
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0));
+  /// True when the daemon serves waiting Opens on session.sock.
+  bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
 
   /// True in a process made by fork() after this client connected: the
   /// session belongs to the parent.

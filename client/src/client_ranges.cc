@@ -133,10 +133,10 @@ void ClientImpl::Debug(const std::string& line) {
 
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
 
-bool ClientImpl::Call(v1::Call call, v1::Reply* reply) {
+bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds extra) {
   CheckProcess();
   *call.mutable_counters() = Counters();
-  const bool sent = session_channel_->Call(std::move(call), reply, options_.call_timeout);
+  const bool sent = session_channel_->Call(std::move(call), reply, options_.call_timeout + extra);
   DrainReturned();
   ServeUnmapRequests();
   return sent;

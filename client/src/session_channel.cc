@@ -10,6 +10,20 @@
 #include "gpubroker/error.hpp"
 
 namespace gpubroker::detail {
+namespace {
+
+// The longest a reader blocks in one poll: it looks at its deadline (and a
+// deadline of days fits in poll's int) between slices.
+constexpr auto kReadSlice = std::chrono::milliseconds(1000);
+
+uint64_t RequestIdOf(const v1::SessionFrame& f) {
+  if (f.has_reply()) return f.reply().request_id();
+  if (f.has_error()) return f.error().request_id();
+  if (f.has_fd_grant()) return f.fd_grant().request_id();
+  return 0;
+}
+
+}  // namespace
 
 SessionChannel::SessionChannel(const std::string& path, const std::string& client_name,
                                std::chrono::milliseconds timeout)
@@ -24,88 +38,202 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   hello.mutable_hello()->set_protocol_version(kProtocolVersion);
   hello.mutable_hello()->set_client_name(client_name);
   const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));
-  std::lock_guard lock(mu_);
-  v1::SessionFrame reply;
-  try {
-    reply = ReadFrame(timeout, nullptr);
-  } catch (const Error&) {
-    // A daemon that turns a connection away (too many of this uid's, or no
-    // descriptors left) says why and closes, maybe before our Hello arrived:
-    // its answer is what to report, not the failed write.
-    if (!sent.ok())
-      ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(sent.message())));
-    throw;
+  // The answer to Hello has no request id: read it here, before anyone else can.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::optional<v1::SessionFrame> reply;
+  std::string failure;
+  while (!reply && failure.empty()) {
+    auto frame = decoder_.Next();
+    if (!frame.ok()) {
+      failure = StrCat("bad frame from the daemon: ", View(frame.status().message()));
+    } else if (frame->has_value()) {
+      reply = std::move(**frame);
+    } else {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (!WaitReadable(fd_.get(), std::max(left, std::chrono::milliseconds(0))).ok()) {
+        ThrowError(ErrorCode::kDeadlineExceeded, "session.sock: the daemon did not answer in time");
+      }
+      char buf[4096];
+      auto got = RecvSome(fd_.get(), buf, sizeof(buf), nullptr);
+      if (!got.ok()) {
+        failure = std::string(View(got.status().message()));
+      } else if (got->eof) {
+        failure = "gpubrokerd closed the session";
+      } else {
+        decoder_.Append(std::string_view(buf, got->bytes));
+      }
+    }
   }
-  if (reply.has_error()) ThrowErrorFrame(reply.error());
-  if (!reply.has_welcome() || reply.welcome().token().size() != 16) {
+  // A daemon that turns a connection away (too many of this uid's, or no
+  // descriptors left) says why and closes, maybe before our Hello arrived:
+  // its answer is what to report, not the failed write.
+  if (reply && reply->has_error()) ThrowErrorFrame(reply->error());
+  if (!sent.ok())
+    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(sent.message())));
+  if (!reply) ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", failure));
+  if (!reply->has_welcome() || reply->welcome().token().size() != 16) {
     ThrowError(ErrorCode::kInternal, "session.sock: the daemon did not answer Hello with Welcome");
   }
-  welcome_ = reply.welcome();
+  welcome_ = reply->welcome();
 }
 
 SessionChannel::~SessionChannel() = default;
 
-v1::SessionFrame SessionChannel::ReadFrame(std::chrono::milliseconds timeout, UniqueFd* fd) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  char buf[4096];
+void SessionChannel::ThrowEnded() const {
+  if (ended_by_) ThrowErrorFrame(*ended_by_);
+  ThrowError(
+      ended_.code() == absl::StatusCode::kInternal ? ErrorCode::kInternal : ErrorCode::kUnavailable,
+      std::string(View(ended_.message())));
+}
+
+void SessionChannel::Dispatch(v1::SessionFrame frame) {
+  UniqueFd fd;
+  if (frame.has_fd_grant()) {
+    // The descriptor travelled in the same sendmsg as this frame, so it has
+    // arrived by the time the frame is complete.
+    if (fds_.empty()) {
+      ended_ = absl::InternalError("session.sock: FdGrant without a descriptor");
+      return;
+    }
+    fd = std::move(fds_.front());
+    fds_.pop_front();
+  }
+  if (frame.has_goodbye()) {
+    ended_ =
+        absl::UnavailableError(StrCat("gpubrokerd ended the session: ", frame.goodbye().reason()));
+    return;
+  }
+  const uint64_t id = RequestIdOf(frame);
+  if (id == 0) {
+    if (frame.has_error()) {
+      ended_by_ = frame.error();  // the session failed
+      ended_ = absl::UnavailableError(frame.error().message());
+      return;
+    }
+    // Blocks that came back (just before the answer they travel with, so
+    // handled before its caller sees it) and requests to unmap.
+    Unasked(frame);
+    return;
+  }
+  auto it = slots_.find(id);
+  if (it == slots_.end()) {
+    // The answer to a request whose caller gave up. An Open granted by then
+    // holds a lease that nobody will release: give it back.
+    if (frame.has_reply() && frame.reply().has_open()) {
+      orphans_.push_back(frame.reply().open().buffer().id());
+    }
+    return;
+  }
+  it->second->frame = std::move(frame);
+  it->second->fd = std::move(fd);
+  it->second->done = true;
+}
+
+void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock,
+                              std::chrono::milliseconds timeout) {
+  lock.unlock();
+  const absl::Status readable = WaitReadable(fd_.get(), std::min(timeout, kReadSlice));
+  char buf[16 * 1024];
   std::vector<UniqueFd> received;
-  for (;;) {
+  absl::StatusOr<Received> got = Received{};
+  if (readable.ok()) got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
+  lock.lock();
+  if (readable.code() == absl::StatusCode::kDeadlineExceeded) return;
+  if (!readable.ok()) {
+    ended_ = absl::UnavailableError(StrCat("session.sock: ", View(readable.message())));
+    return;
+  }
+  if (!got.ok()) {
+    ended_ = absl::UnavailableError(StrCat("session.sock: ", View(got.status().message())));
+    return;
+  }
+  if (got->eof) {
+    ended_ = absl::UnavailableError("gpubrokerd closed the session");
+    return;
+  }
+  for (auto& r : received) fds_.push_back(std::move(r));
+  decoder_.Append(std::string_view(buf, got->bytes));
+  while (ended_.ok()) {
     auto frame = decoder_.Next();
     if (!frame.ok()) {
-      ThrowError(ErrorCode::kInternal, StrCat("session.sock: bad frame from the daemon: ",
-                                              View(frame.status().message())));
+      ended_ = absl::InternalError(
+          StrCat("session.sock: bad frame from the daemon: ", View(frame.status().message())));
+      return;
     }
-    if (frame->has_value()) {
-      v1::SessionFrame f = std::move(**frame);
-      if (f.has_fd_grant()) {
-        // The descriptor travelled in the same sendmsg as this frame, so it
-        // has arrived by the time the frame is complete.
-        if (fds_.empty())
-          ThrowError(ErrorCode::kInternal, "session.sock: FdGrant without a descriptor");
-        if (fd != nullptr) *fd = std::move(fds_.front());
-        fds_.pop_front();
-      }
-      return f;
+    if (!frame->has_value()) return;
+    Dispatch(std::move(**frame));
+  }
+}
+
+void SessionChannel::ReleaseOrphans() {
+  std::vector<uint64_t> orphans;
+  {
+    std::lock_guard lock(mu_);
+    orphans.swap(orphans_);
+  }
+  for (uint64_t buffer : orphans) {
+    v1::SessionFrame frame;
+    {
+      std::lock_guard lock(mu_);
+      frame.mutable_call()->set_request_id(next_request_id_++);  // its answer is dropped
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (auto s = WaitReadable(fd_.get(), std::max(left, std::chrono::milliseconds(0))); !s.ok()) {
-      ThrowError(ErrorCode::kDeadlineExceeded, "session.sock: the daemon did not answer in time");
-    }
-    received.clear();
-    auto got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
-    if (!got.ok()) {
-      ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(got.status().message())));
-    }
-    if (got->eof) ThrowError(ErrorCode::kUnavailable, "gpubrokerd closed the session");
-    for (auto& r : received) fds_.push_back(std::move(r));
-    decoder_.Append(std::string_view(buf, got->bytes));
+    frame.mutable_call()->mutable_release()->set_id(buffer);
+    std::lock_guard send(send_mu_);
+    (void)SendAll(fd_.get(), EncodeFrame(frame));
   }
 }
 
 v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
                                           std::chrono::milliseconds timeout) {
-  if (!fd_) ThrowError(ErrorCode::kUnavailable, "the session is closed");
-  if (auto s = SendAll(fd_.get(), frame); !s.ok()) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Slot slot;
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_.ok()) ThrowEnded();
+    slots_[id] = &slot;
+  }
+  if (absl::Status s =
+          [&] {
+            std::lock_guard send(send_mu_);
+            return SendAll(fd_.get(), frame);
+          }();
+      !s.ok()) {
+    std::lock_guard lock(mu_);
+    slots_.erase(id);
     ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
   }
-  for (;;) {
-    UniqueFd got;
-    v1::SessionFrame reply = ReadFrame(timeout, &got);
-    if (Unasked(reply)) continue;
-    if (reply.has_goodbye()) {
-      ThrowError(ErrorCode::kUnavailable,
-                 StrCat("gpubrokerd ended the session: ", reply.goodbye().reason()));
+  std::unique_lock lock(mu_);
+  bool read = false;
+  while (!slot.done) {
+    if (!ended_.ok()) {
+      slots_.erase(id);
+      ThrowEnded();
     }
-    if (reply.has_error() && reply.error().request_id() == id) ThrowErrorFrame(reply.error());
-    const bool ours = (reply.has_fd_grant() && reply.fd_grant().request_id() == id) ||
-                      (reply.has_reply() && reply.reply().request_id() == id);
-    if (ours) {
-      if (fd != nullptr) *fd = std::move(got);
-      return reply;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      slots_.erase(id);  // a late answer is dropped (and a late grant given back)
+      ThrowError(ErrorCode::kDeadlineExceeded, "session.sock: the daemon did not answer in time");
     }
-    // Anything else answers an earlier request that gave up; skip it.
+    if (reading_) {
+      answered_.wait_until(lock, deadline);
+      continue;
+    }
+    // Nobody reads: this caller reads for everyone until its own answer is in.
+    reading_ = true;
+    read = true;
+    ReadSome(lock, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                       std::chrono::milliseconds(1));
+    reading_ = false;
+    answered_.notify_all();
   }
+  slots_.erase(id);
+  const bool orphans = !orphans_.empty();
+  lock.unlock();
+  if (read && orphans) ReleaseOrphans();
+  if (slot.frame.has_error()) ThrowErrorFrame(slot.frame.error());
+  if (fd != nullptr) *fd = std::move(slot.fd);
+  return std::move(slot.frame);
 }
 
 bool SessionChannel::Unasked(const v1::SessionFrame& frame) {
@@ -123,47 +251,49 @@ bool SessionChannel::Unasked(const v1::SessionFrame& frame) {
 bool SessionChannel::Poll(int wake_fd, std::chrono::milliseconds timeout) {
   {
     std::lock_guard lock(mu_);
-    if (!fd_) return false;
+    if (!ended_.ok()) return false;
   }
-  // Waits without the lock: a call may run meanwhile, and read what comes.
+  // Waits without the lock and without the reader's role: a call may run
+  // meanwhile and read what comes, its answer among it.
   pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
   if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return true;
   if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return true;
-  std::lock_guard lock(mu_);
-  if (!fd_) return false;
-  char buf[4096];
-  std::vector<UniqueFd> received;
-  for (;;) {
-    auto frame = decoder_.Next();
-    if (!frame.ok()) return false;  // the next call says what is wrong
-    if (frame->has_value()) {
-      const v1::SessionFrame& f = **frame;
-      if (f.has_goodbye()) return false;
-      if (f.has_fd_grant() && !fds_.empty()) fds_.pop_front();  // answers a call that gave up
-      Unasked(f);
-      continue;
-    }
-    // Only what has arrived: a call in flight may have read the rest.
-    if (!WaitReadable(fd_.get(), std::chrono::milliseconds(0)).ok()) return true;
-    received.clear();
-    auto got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
-    if (!got.ok() || got->eof) return false;
-    for (auto& r : received) fds_.push_back(std::move(r));
-    decoder_.Append(std::string_view(buf, got->bytes));
+  std::unique_lock lock(mu_);
+  if (!ended_.ok()) return false;
+  if (reading_ || !slots_.empty()) {
+    // A caller waits for an answer and reads (or is about to) for everyone,
+    // what came unasked among it: leave it the socket.
+    answered_.wait_for(lock, timeout);
+    return ended_.ok();
   }
+  reading_ = true;
+  ReadSome(lock, std::chrono::milliseconds(0));
+  reading_ = false;
+  answered_.notify_all();
+  const bool orphans = !orphans_.empty();
+  const bool live = ended_.ok();
+  lock.unlock();
+  if (orphans) ReleaseOrphans();
+  return live;
 }
 
 void SessionChannel::Send(const v1::SessionFrame& frame) {
-  std::lock_guard lock(mu_);
-  if (!fd_) ThrowError(ErrorCode::kUnavailable, "the session is closed");
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_.ok()) ThrowEnded();
+  }
+  std::lock_guard send(send_mu_);
   if (auto s = SendAll(fd_.get(), EncodeFrame(frame)); !s.ok()) {
     ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
   }
 }
 
 UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
-  std::lock_guard lock(mu_);
-  const uint64_t id = next_request_id_++;
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    id = next_request_id_++;
+  }
   request.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_fd_request() = std::move(request);
@@ -176,8 +306,11 @@ UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
 }
 
 bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout) {
-  std::lock_guard lock(mu_);
-  const uint64_t id = next_request_id_++;
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    id = next_request_id_++;
+  }
   call.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_call() = std::move(call);
@@ -190,12 +323,15 @@ bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::millisec
 }
 
 void SessionChannel::SayGoodbye() noexcept {
-  std::lock_guard lock(mu_);
-  if (!fd_) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_.ok()) return;
+    ended_ = absl::UnavailableError("the session is closed");
+  }
   v1::SessionFrame bye;
   bye.mutable_goodbye()->set_reason("client closed");
+  std::lock_guard send(send_mu_);
   (void)SendAll(fd_.get(), EncodeFrame(bye));
-  fd_.reset();
 }
 
 }  // namespace gpubroker::detail

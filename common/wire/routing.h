@@ -2,6 +2,17 @@
 
 // Which socket a call belongs on: the one rule that the daemon advertises in
 // Welcome, enforces on session.sock, and the client library routes by.
+//
+//  * Allocate: RouteAllocate below (Welcome.quick_allocation_limit).
+//  * Open, waiting or not: session.sock when Welcome.max_waiting_opens is not
+//    0 (a waiting one is parked in the daemon and answered by the session
+//    thread when the buffer is sealed, or published and sealed in one frame);
+//    gRPC otherwise.
+//  * LeaseRange, ReturnRange, Publish, Unmapped (docs/fast-path.md):
+//    session.sock only, when Welcome.range_limit is not 0: a range and the
+//    mappings a client keeps belong to the session's connection.
+//  * Seal, Release: session.sock; everything else (Free, List, Status, shares
+//    across tenants): gRPC.
 
 #include <cstdint>
 

@@ -180,6 +180,21 @@ const std::vector<OptionSpec> kOptions = {
      [](DaemonOptions& o, std::string_view v) {
        return SetCount(o.max_descriptors_per_tenant, v);
      }},
+    {"max-waiters-per-session", "GPUBROKER_MAX_WAITERS_PER_SESSION", "max_waiters_per_session", "N",
+     "256", "Opens with wait one session may have parked at once; 0: no cap.",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_waiters_per_session, v); }},
+    {"max-waiters-per-tenant", "GPUBROKER_MAX_WAITERS_PER_TENANT", "max_waiters_per_tenant", "N",
+     "4096", "Opens with wait all of one tenant's sessions may have parked at once; 0: no cap.",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_waiters_per_tenant, v); }},
+    {"wait-timeout", "GPUBROKER_WAIT_TIMEOUT", "wait_timeout", "DURATION", "60s",
+     "How long an Open with wait waits when neither its timeout_ms nor a gRPC deadline says: "
+     "every wait ends.",
+     [](DaemonOptions& o, std::string_view v) -> absl::Status {
+       GPUBROKER_ASSIGN_OR_RETURN(auto ms, ParseDurationMs(v));
+       if (ms == 0) return absl::InvalidArgumentError("must be positive");
+       o.wait_timeout_ms = ms;
+       return absl::OkStatus();
+     }},
     {"grpc-reflection", "GPUBROKER_GRPC_REFLECTION", "grpc_reflection", "", "off",
      "Serve gRPC server reflection (grpc.reflection.v1alpha) on gpubroker.sock, so that "
      "tools such as grpcurl can call the broker without its .proto files.",

@@ -36,8 +36,11 @@ struct DaemonOptions {
   uint32_t max_grpc_connections_per_uid = 256;
   uint32_t max_buffers_per_tenant = 65536;
   uint32_t max_descriptors_per_tenant = 1024;
-  bool grpc_reflection = false;     // serve grpc.reflection on gpubroker.sock
-  std::vector<TenantSpec> tenants;  // config file only
+  uint32_t max_waiters_per_session = 256;  // 0: no cap
+  uint32_t max_waiters_per_tenant = 4096;
+  uint64_t wait_timeout_ms = 60000;  // of a wait that names no deadline
+  bool grpc_reflection = false;      // serve grpc.reflection on gpubroker.sock
+  std::vector<TenantSpec> tenants;   // config file only
   // Option flag -> the text that set it, from whichever source won (file,
   // environment, flag); unset options are absent. A reload compares these.
   std::map<std::string, std::string> given;

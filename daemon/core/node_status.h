@@ -74,6 +74,7 @@ struct NodeStatus {
   std::vector<Cell> cells;      // by device, then tenant
   uint32_t sessions = 0;
   uint32_t buffers = 0;  // buffers holding memory, freed ones whose last lease is out included
+  uint32_t waiting_opens = 0;  // Opens parked until their buffer appears or is sealed
 };
 
 /// Builds NodeStatus from the registry's books and the backend's devices.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/names.h"
+#include "common/refusal.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "daemon/core/registry_internal.h"
@@ -28,9 +29,6 @@ int64_t ExpiryTime(int64_t now, uint64_t ttl_ms) {
   if (now > std::numeric_limits<int64_t>::max() - ttl) return std::numeric_limits<int64_t>::max();
   return now + ttl;
 }
-
-// Waits are cut into slices so that a cancelled call is noticed promptly.
-constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -111,7 +109,6 @@ void Registry::MarkFreed(Buffer& b) {
     expiries_.erase({b.view.expires_unix_ms, b.view.id});
     b.in_expiries = false;
   }
-  changed_.SignalAll();
 }
 
 uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
@@ -197,6 +194,7 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   auto memory = backend_.Allocate(req);
 
   Graveyard dead;
+  Answers answers;  // delivered after the unlock
   absl::MutexLock lock(&mu_);
   auto roll_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     books_.ReleaseBuffer(tenant, rounded, owns_descriptor);
@@ -233,8 +231,10 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   b.owns_descriptor = owns_descriptor;
   if (p.ttl_ms != 0) {
     b.view.expires_unix_ms = ExpiryTime(b.view.created_unix_ms, p.ttl_ms);
+    const bool earliest = expiries_.empty() || b.view.expires_unix_ms < expiries_.begin()->first;
     expiries_.emplace(b.view.expires_unix_ms, b.view.id);
     b.in_expiries = true;
+    if (earliest) timers_.Signal();
   }
   b.memory = std::move(*memory);
   b.view.backing = BackingName(b.memory->import_info().kind);
@@ -243,8 +243,9 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   Buffer& stored = buffers_[id] = std::move(b);
   s.owned.insert(id);
   GrantLease(s, stored);
-  changed_.SignalAll();
-  return BufferGrant{stored.view, stored.memory->import_info()};
+  BufferGrant grant{stored.view, stored.memory->import_info()};
+  Wake(id, answers);  // Opens that wait for this name, allow_unsealed ones get it now
+  return grant;
 }
 
 Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool allow_unsealed) {
@@ -263,30 +264,8 @@ Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool a
           true};
 }
 
-absl::StatusOr<BufferGrant> Registry::Open(SessionId session_id, const BufferKey& key,
-                                           const OpenParams& params) {
-  if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ParseNameRef(key.name).status());
-  absl::MutexLock lock(&mu_);
-  for (;;) {
-    GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
-    OpenAttempt attempt = TryOpen(*s, key, params.allow_unsealed);
-    if (attempt.result.ok() || !params.wait || !attempt.may_wait) return attempt.result;
-    if (params.cancelled && params.cancelled()) {
-      return absl::CancelledError("the call was cancelled");
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= params.deadline) {
-      const bool exists = attempt.result.status().code() == absl::StatusCode::kFailedPrecondition;
-      return absl::DeadlineExceededError(StrCat("buffer ", key.ToString(),
-                                                exists ? " was not sealed" : " did not appear",
-                                                " before the deadline"));
-    }
-    const auto until = std::min(params.deadline, now + kWaitSlice);
-    changed_.WaitWithTimeout(&mu_, absl::FromChrono(until - now));
-  }
-}
-
 absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
+  Answers answers;  // delivered after the unlock
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
   GPUBROKER_ASSIGN_OR_RETURN(Buffer * b, FindVisible(*s, BufferKey{id, {}}));
@@ -300,7 +279,9 @@ absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
   }
   if (b->view.state != BufferState::kSealed) {
     b->view.state = BufferState::kSealed;
-    changed_.SignalAll();
+    BufferView sealed = b->view;
+    Wake(id, answers);  // the Opens that wait for it are answered by this thread
+    return sealed;
   }
   return b->view;
 }
@@ -507,6 +488,7 @@ void Registry::AddBooksTo(NodeStatus& status) const {
   absl::ReaderMutexLock lock(&mu_);
   status.sessions = static_cast<uint32_t>(sessions_.size());
   status.buffers = static_cast<uint32_t>(buffers_.size());
+  status.waiting_opens = static_cast<uint32_t>(waits_.size());
   status.tenants = books_.Tally();
   // Gauges of the clients' own books: what the live sessions last reported.
   for (auto& t : status.tenants) {

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/token.h"
 #include "common/unix_socket.h"
 #include "daemon/backend/backend.h"
@@ -23,6 +24,7 @@
 #include "daemon/core/tenant_books.h"
 #include "daemon/core/tenants.h"
 #include "daemon/core/types.h"
+#include "daemon/core/wait_list.h"
 
 namespace gpubroker {
 
@@ -91,9 +93,20 @@ struct BufferKey {
 
 struct OpenParams {
   bool wait = false;
+  /// When a wait ends; max(): WaitLimits::default_timeout from the call.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   bool allow_unsealed = false;
-  std::function<bool()> cancelled;  // polled while waiting; may be empty
+};
+
+/// The answer to an Open that was parked, delivered once.
+using OpenDone = std::function<void(absl::StatusOr<BufferGrant>)>;
+
+/// What bounds the Opens that wait.
+struct WaitLimits {
+  uint32_t max_per_session = 0;  // parked at once by one session; 0: no cap
+  uint32_t max_per_tenant = 0;   // by all of a tenant's sessions; 0: no cap
+  /// The deadline of a wait that names none: every wait ends.
+  std::chrono::milliseconds default_timeout{60000};
 };
 
 /// A range lease asked for (docs/fast-path.md).
@@ -171,7 +184,8 @@ class Registry final : public MappingHolders {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
-  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, TenantLimits limits = {});
+  Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, TenantLimits limits = {},
+           WaitLimits waits = {});
   ~Registry() override;
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -188,6 +202,22 @@ class Registry final : public MappingHolders {
   // Buffers ----------------------------------------------------------------
 
   absl::StatusOr<BufferGrant> Allocate(SessionId session, const AllocateParams& params);
+
+  /// An Open that may wait, without holding a thread. Returns the answer when
+  /// there is one now (the grant, a refusal, or a wait refused: over a cap,
+  /// or past its deadline). Otherwise the call is parked: nullopt, `*parked`
+  /// set, and `done` gets the answer exactly once, later — from the thread
+  /// whose allocation or seal makes it servable, from ExpireWaits at its
+  /// deadline, from CancelWait, from the end of its session or from
+  /// shutdown; never from within this call, never under the registry's lock.
+  std::optional<absl::StatusOr<BufferGrant>> OpenOrPark(SessionId session, const BufferKey& key,
+                                                        const OpenParams& params, OpenDone done,
+                                                        WaitId* parked);
+  /// Answers a parked Open with `why` (CANCELLED, say); false when it is no
+  /// longer parked (it has been answered, or is being).
+  bool CancelWait(WaitId id, absl::Status why);
+  /// OpenOrPark that blocks until the answer comes (for callers that own a
+  /// thread anyway: tools and tests).
   absl::StatusOr<BufferGrant> Open(SessionId session, const BufferKey& key,
                                    const OpenParams& params);
   absl::StatusOr<BufferView> Seal(SessionId session, BufferId id);
@@ -238,6 +268,14 @@ class Registry final : public MappingHolders {
   ExpiryReport ExpireDue(int64_t now_unix_ms);
   /// Unix ms of the next TTL to pass, if any.
   std::optional<int64_t> NextExpiry() const;
+  /// Answers the parked Opens whose deadline has passed (DEADLINE_EXCEEDED).
+  /// Returns how many.
+  uint32_t ExpireWaits(std::chrono::steady_clock::time_point now);
+  /// Sleeps until a TTL or a wait may be due: the earliest deadline passes, an
+  /// earlier one is set, `at_most` elapses, or StopTimers. False once stopped.
+  bool AwaitTimers(absl::Duration at_most);
+  /// Ends AwaitTimers, now and for good.
+  void StopTimers();
 
   /// Fills in the books' part of the node's status: sessions, buffers,
   /// tenants, and buffers per device and tenant (NodeStatusCollector adds the devices).
@@ -252,8 +290,9 @@ class Registry final : public MappingHolders {
   void ReplaceTenants(TenantDirectory tenants);
   Backend& backend() { return backend_; }
   const Backend& backend() const { return backend_; }
+  const WaitLimits& wait_limits() const { return wait_limits_; }
 
-  /// New sessions and calls get UNAVAILABLE; waiting Opens return.
+  /// New sessions and calls get UNAVAILABLE; parked Opens are answered so.
   void BeginShutdown();
   bool shutting_down() const;
   /// Ends every session and gives back every buffer (at shutdown). Returns bytes.
@@ -303,6 +342,26 @@ class Registry final : public MappingHolders {
     std::vector<std::unique_ptr<LeasedRange>> ranges;
     void push_back(std::shared_ptr<BackendBuffer> b) { buffers.push_back(std::move(b)); }
   };
+  // A parked Open: what it asked for, and whom to answer.
+  struct Parked {
+    SessionId session = 0;
+    BufferKey key;
+    bool allow_unsealed = false;
+    OpenDone done;
+  };
+  // Answers for parked Opens, collected under the lock and delivered by the
+  // destructor: declared before the MutexLock, it runs after the unlock.
+  class Answers {
+   public:
+    Answers() = default;
+    Answers(const Answers&) = delete;
+    Answers& operator=(const Answers&) = delete;
+    ~Answers();
+    void Add(OpenDone done, absl::StatusOr<BufferGrant> result);
+
+   private:
+    std::vector<std::pair<OpenDone, absl::StatusOr<BufferGrant>>> items_;
+  };
 
   int64_t Now() const;
   absl::StatusOr<int> ResolveDevice(const std::string& device) const;
@@ -332,12 +391,23 @@ class Registry final : public MappingHolders {
   // that live on, which are charged by themselves from now. Returns the
   // bytes that went back.
   uint64_t EndRange(RangeId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::chrono::steady_clock::time_point WaitDeadline(const OpenParams& params) const;
+  // Retries the waiters that a change to `b` (it appeared, or was sealed) may serve.
+  void Wake(BufferId id, Answers& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unparks a waiter and answers it with `result`.
+  void Answer(WaitId id, absl::StatusOr<BufferGrant> result, Answers& answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers every waiter of `session` (every waiter when 0) with `why`.
+  void AnswerAll(SessionId session, const absl::Status& why, Answers& answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend& backend_;
   const Clock clock_;
+  const WaitLimits wait_limits_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // a buffer appeared, was sealed or freed; shutdown began
+  absl::CondVar timers_;  // an earlier TTL or wait deadline was set; timers stopped
+  bool timers_stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
   BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;
@@ -353,6 +423,8 @@ class Registry final : public MappingHolders {
   // Who keeps which allocation mapped after its buffers went.
   absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_ ABSL_GUARDED_BY(mu_);
   std::function<void()> unmap_notifier_ ABSL_GUARDED_BY(mu_);
+  WaitList waits_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WaitId, Parked> parked_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubroker

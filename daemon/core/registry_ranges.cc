@@ -120,6 +120,7 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
   }
   if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(ValidateName(p.name));
   if (p.tensor) GPUBROKER_RETURN_IF_ERROR(ValidateTensor(*p.tensor, p.size));
+  Answers answers;  // the Opens parked on its name: delivered after the unlock
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
   auto r = ranges_.find(p.range);
@@ -164,8 +165,11 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
   range.published.insert(id);
   s->owned.insert(id);
   GrantLease(*s, stored);
-  changed_.SignalAll();
-  return BufferGrant{stored.view, stored.memory->import_info()};
+  BufferGrant grant{stored.view, stored.memory->import_info()};
+  // Publish and seal in one frame: the Opens waiting for this name are
+  // answered by this same thread (the session socket's, for a Publish there).
+  Wake(id, answers);
+  return grant;
 }
 
 std::vector<ReturnedBlock> Registry::TakeReturnedBlocks(SessionId session_id) {

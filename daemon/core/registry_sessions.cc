@@ -1,5 +1,5 @@
 // The registry's sessions, and its life: construction, shutdown, release.
-// (Buffers, leases and descriptors are in registry.cc.)
+// (Buffers, leases and descriptors are in registry.cc, waiting Opens in registry_waits.cc.)
 #include "absl/time/time.h"
 #include "daemon/core/registry.h"
 #include "daemon/core/registry_internal.h"
@@ -10,9 +10,11 @@ using registry_internal::SessionEnded;
 using registry_internal::ShuttingDown;
 using registry_internal::TokenKey;
 
-Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, TenantLimits limits)
+Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, TenantLimits limits,
+                   WaitLimits waits)
     : backend_(backend),
       clock_(std::move(clock)),
+      wait_limits_(waits),
       tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))),
       books_(tenants_, limits) {
   backend_.SetMappingHolders(this);
@@ -51,10 +53,13 @@ SessionEndReport Registry::EndSession(SessionId id) {
   SessionEndReport report;
   std::vector<AllocationId> unheld;  // told to the backend last, outside the lock
   {
-    Graveyard dead;  // destroyed after the lock is released
+    Graveyard dead;   // destroyed after the lock is released
+    Answers answers;  // delivered after the lock is released
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return report;
+    // Its waits end with it (gRPC ones among them are answered so).
+    AnswerAll(id, SessionEnded(), answers);
     Session session = std::move(it->second);
     sessions_.erase(it);
     by_token_.erase(TokenKey(session.view.token));
@@ -125,9 +130,10 @@ absl::StatusOr<Registry::Session*> Registry::LiveSession(SessionId id) {
 }
 
 void Registry::BeginShutdown() {
+  Answers answers;
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
-  changed_.SignalAll();
+  AnswerAll(0, ShuttingDown(), answers);
 }
 
 bool Registry::shutting_down() const {
@@ -137,9 +143,11 @@ bool Registry::shutting_down() const {
 
 uint64_t Registry::ReleaseAll() {
   Graveyard dead;
+  Answers answers;
   uint64_t bytes = 0;
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
+  AnswerAll(0, ShuttingDown(), answers);
   for (auto& [id, b] : buffers_) {
     if (b.charged) bytes += b.view.reserved_size;
     // Given back through the books, so that the descriptor budget they charge is returned too.
@@ -158,7 +166,6 @@ uint64_t Registry::ReleaseAll() {
   sessions_.clear();
   by_token_.clear();
   books_.Clear();
-  changed_.SignalAll();
   return bytes;
 }
 

@@ -37,6 +37,9 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     add(gauge("gpubroker_build_info", "Version of the running gpubrokerd (always 1)."),
         {{"version", kVersion}}, 1);
     add(gauge("gpubroker_sessions", "Client sessions open now."), {}, s.sessions);
+    add(gauge("gpubroker_waiting_opens",
+              "Opens parked until their buffer appears or is sealed (no thread waits for them)."),
+        {}, s.waiting_opens);
     auto& connections = gauge("gpubroker_connections", "Client connections open now, by socket.");
     add(connections, {{"socket", "session"}}, static_cast<double>(s.process.session_connections));
     add(connections, {{"socket", "grpc"}}, static_cast<double>(s.process.grpc_connections));
@@ -208,8 +211,8 @@ Metrics::Metrics(const NodeStatusCollector& status)
   for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
     allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
   }
-  for (const char* r :
-       {"ok", "not_found", "not_sealed", "timeout", "cancelled", "invalid", "unavailable"}) {
+  for (const char* r : {"ok", "not_found", "not_sealed", "timeout", "cancelled", "limit", "invalid",
+                        "unavailable"}) {
     open_results_.emplace_back(r, &opens_.Add({{"result", r}}));
   }
 }
@@ -241,6 +244,8 @@ std::string_view Metrics::OpenResult(const absl::Status& status) {
       return "cancelled";
     case absl::StatusCode::kUnavailable:
       return "unavailable";
+    case absl::StatusCode::kResourceExhausted:
+      return "limit";  // a wait over the waiters' caps
     default:
       return "invalid";
   }

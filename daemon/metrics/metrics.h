@@ -60,7 +60,7 @@ class Metrics {
 
   /// The label for an Allocate outcome.
   static std::string_view AllocationResult(const absl::Status& status);
-  /// The label for an Open outcome: ok, not_found, not_sealed, timeout, cancelled, invalid,
+  /// The label for an Open outcome: ok, not_found, not_sealed, timeout, cancelled, limit, invalid,
   /// unavailable.
   static std::string_view OpenResult(const absl::Status& status);
 

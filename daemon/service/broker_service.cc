@@ -1,5 +1,6 @@
 #include "daemon/service/broker_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 
@@ -18,7 +19,7 @@ BrokerService::BrokerService(BrokerCalls& calls, const NodeStatusCollector& stat
       facts_(std::move(facts)),
       peer_of_(std::move(peer_of)) {}
 
-absl::StatusOr<SessionView> BrokerService::Authenticate(const grpc::ServerContext& ctx) const {
+absl::StatusOr<SessionView> BrokerService::Authenticate(const grpc::ServerContextBase& ctx) const {
   if (registry_.shutting_down()) return absl::UnavailableError("gpubrokerd is shutting down");
   const auto& md = ctx.client_metadata();
   auto it = md.find(kTokenMetadataKey);
@@ -49,20 +50,74 @@ grpc::Status BrokerService::Allocate(grpc::ServerContext* ctx, const v1::Allocat
   return ToGrpcStatus(calls_.Allocate(*session, *req, resp));
 }
 
-grpc::Status BrokerService::Open(grpc::ServerContext* ctx, const v1::OpenRequest* req,
-                                 v1::OpenResponse* resp) {
-  auto session = Authenticate(*ctx);
-  if (!session.ok()) return ToGrpcStatus(calls_.Refuse("Open", nullptr, session.status()));
-  OpenParams params;
-  // The call's own deadline bounds a wait.
-  const auto call_deadline = ctx->deadline();
-  if (call_deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = call_deadline - std::chrono::system_clock::now();
-    params.deadline = std::chrono::steady_clock::now() +
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+namespace {
+
+// An Open parked in the registry: no thread waits for it. The registry's
+// answer finishes the call; a cancellation (the client gave up, or its
+// deadline passed) unparks it.
+class WaitingOpen final : public grpc::ServerUnaryReactor {
+ public:
+  WaitingOpen(BrokerCalls& calls, grpc::CallbackServerContext* ctx) : calls_(calls), ctx_(ctx) {}
+
+  // Called once the wait is parked. A cancellation that came before is acted on now.
+  void Parked(WaitId id) {
+    id_.store(id);
+    if (cancelled_.load()) Unpark(id);
   }
-  params.cancelled = [ctx] { return ctx->IsCancelled(); };
-  return ToGrpcStatus(calls_.Open(*session, *req, std::move(params), resp));
+
+  void OnCancel() override {
+    cancelled_.store(true);
+    if (const WaitId id = id_.load(); id != 0) Unpark(id);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Unpark(WaitId id) {
+    // Past its deadline the client gives up as a timeout, not a cancellation.
+    const bool late = ctx_->deadline() <= std::chrono::system_clock::now();
+    calls_.CancelWait(id, late ? absl::DeadlineExceededError("the call's deadline passed")
+                               : absl::CancelledError("the call was cancelled"));
+  }
+
+  BrokerCalls& calls_;
+  grpc::CallbackServerContext* const ctx_;
+  std::atomic<WaitId> id_{0};
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* BrokerService::Open(grpc::CallbackServerContext* ctx,
+                                              const v1::OpenRequest* req, v1::OpenResponse* resp) {
+  auto session = Authenticate(*ctx);
+  if (!session.ok()) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(calls_.Refuse("Open", nullptr, session.status())));
+    return reactor;
+  }
+  // The call's own deadline bounds a wait.
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  if (const auto call_deadline = ctx->deadline();
+      call_deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left = call_deadline - std::chrono::system_clock::now();
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+  }
+  auto* reactor = new WaitingOpen(calls_, ctx);
+  WaitId parked = 0;
+  auto now = calls_.OpenAsync(
+      *session, *req, deadline, resp,
+      [reactor, resp](absl::Status status, v1::OpenResponse out) {
+        if (status.ok()) *resp = std::move(out);
+        reactor->Finish(ToGrpcStatus(status));
+      },
+      &parked);
+  if (now) {
+    reactor->Finish(ToGrpcStatus(*now));
+  } else {
+    reactor->Parked(parked);
+  }
+  return reactor;
 }
 
 grpc::Status BrokerService::Seal(grpc::ServerContext* ctx, const v1::SealRequest* req,

@@ -20,7 +20,11 @@ namespace gpubroker {
 /// token must belong to a session of the same uid as the peer of the gRPC
 /// connection (SO_PEERCRED, taken when the daemon accepted it), so that a
 /// token that leaks to another user is worth nothing to them.
-class BrokerService final : public v1::Broker::Service {
+///
+/// Open is served by gRPC's callback API: a waiting Open is parked in the
+/// registry and finished by whichever thread answers it, so that waiters hold
+/// no thread of the server's (the other calls are short and synchronous).
+class BrokerService final : public v1::Broker::WithCallbackMethod_Open<v1::Broker::Service> {
  public:
   /// The credentials of the peer of a connection by gRPC's name for it
   /// (ServerContext::peer()); nullopt for one the daemon did not accept.
@@ -31,8 +35,8 @@ class BrokerService final : public v1::Broker::Service {
 
   grpc::Status Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,
                         v1::AllocateResponse* resp) override;
-  grpc::Status Open(grpc::ServerContext* ctx, const v1::OpenRequest* req,
-                    v1::OpenResponse* resp) override;
+  grpc::ServerUnaryReactor* Open(grpc::CallbackServerContext* ctx, const v1::OpenRequest* req,
+                                 v1::OpenResponse* resp) override;
   grpc::Status Seal(grpc::ServerContext* ctx, const v1::SealRequest* req,
                     v1::SealResponse* resp) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
@@ -45,7 +49,7 @@ class BrokerService final : public v1::Broker::Service {
                       v1::StatusResponse* resp) override;
 
  private:
-  absl::StatusOr<SessionView> Authenticate(const grpc::ServerContext& ctx) const;
+  absl::StatusOr<SessionView> Authenticate(const grpc::ServerContextBase& ctx) const;
 
   BrokerCalls& calls_;
   Registry& registry_;

@@ -68,25 +68,55 @@ absl::Status BrokerCalls::DoAllocate(const SessionView& s, const AllocateParams&
   return absl::OkStatus();
 }
 
-absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req, OpenParams params,
+absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
                                v1::OpenResponse* resp) {
+  if (req.wait()) {
+    metrics_.Open("invalid");
+    return Refuse("Open", &s, absl::InvalidArgumentError("this way in serves no waiting Open"));
+  }
+  WaitId parked = 0;
+  auto now = OpenAsync(s, req, std::chrono::steady_clock::time_point::max(), resp, {}, &parked);
+  return *now;  // a call that does not wait is never parked
+}
+
+std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v1::OpenRequest& req,
+                                                   std::chrono::steady_clock::time_point deadline,
+                                                   v1::OpenResponse* resp, OpenAnswer done,
+                                                   WaitId* parked) {
   auto key = FromProto(req.ref());
   if (!key.ok()) {
     metrics_.Open("invalid");
     return Refuse("Open", &s, key.status());
   }
+  OpenParams params;
   params.wait = req.wait();
   params.allow_unsealed = req.allow_unsealed();
+  params.deadline = deadline;
   if (req.wait() && req.timeout_ms() > 0) {
-    params.deadline = std::min(params.deadline, std::chrono::steady_clock::now() +
-                                                    std::chrono::milliseconds(req.timeout_ms()));
+    // Saturated: a timeout of centuries is no timeout, not a wrapped deadline.
+    const auto timeout = std::chrono::milliseconds(
+        std::min<uint64_t>(req.timeout_ms(), uint64_t{100} * 365 * 24 * 3600 * 1000));
+    params.deadline = std::min(params.deadline, std::chrono::steady_clock::now() + timeout);
   }
-  auto grant = registry_.Open(s.id, *key, params);
-  metrics_.Open(Metrics::OpenResult(grant.status()));
-  if (!grant.ok()) return Refuse("Open", &s, grant.status());
-  ToProto(grant->buffer, resp->mutable_buffer());
-  ToProto(grant->import, resp->mutable_import());
-  return absl::OkStatus();
+  // Counts and logs the outcome, then fills in the response: on this thread
+  // for an answer now, on the one that ends the wait for a parked call.
+  auto finish = [this, s](absl::StatusOr<BufferGrant> grant, v1::OpenResponse* out) {
+    metrics_.Open(Metrics::OpenResult(grant.status()));
+    if (!grant.ok()) return Refuse("Open", &s, grant.status());
+    ToProto(grant->buffer, out->mutable_buffer());
+    ToProto(grant->import, out->mutable_import());
+    return absl::OkStatus();
+  };
+  auto answer = registry_.OpenOrPark(
+      s.id, *key, params,
+      [finish, done = std::move(done)](absl::StatusOr<BufferGrant> grant) {
+        v1::OpenResponse out;
+        absl::Status status = finish(std::move(grant), &out);
+        done(std::move(status), std::move(out));
+      },
+      parked);
+  if (!answer) return std::nullopt;
+  return finish(std::move(*answer), resp);
 }
 
 absl::Status BrokerCalls::Seal(const SessionView& s, const v1::SealRequest& req,

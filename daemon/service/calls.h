@@ -1,5 +1,8 @@
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -28,10 +31,22 @@ class BrokerCalls {
   /// gRPC"), which is not counted as a refusal. It never waits.
   absl::Status QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
                              v1::AllocateResponse* resp);
-  /// `params` carries what the transport adds (deadline, cancellation); the
-  /// request's own fields are applied on top.
-  absl::Status Open(const SessionView& s, const v1::OpenRequest& req, OpenParams params,
-                    v1::OpenResponse* resp);
+  /// An Open that does not wait (a waiting one is refused: use OpenAsync).
+  absl::Status Open(const SessionView& s, const v1::OpenRequest& req, v1::OpenResponse* resp);
+
+  /// The answer to an Open that was parked: delivered once, from whatever
+  /// thread ends the wait (see Registry::OpenOrPark), never under a lock.
+  using OpenAnswer = std::function<void(absl::Status status, v1::OpenResponse resp)>;
+  /// An Open that may wait without holding a thread. Answered now: returns
+  /// the status (with `resp` filled in when OK). Parked: returns nullopt and
+  /// sets `*parked`; `done` gets the answer later. `deadline` is the
+  /// transport's (a gRPC deadline; max: none); the request's timeout_ms and
+  /// the daemon's default bound it further.
+  std::optional<absl::Status> OpenAsync(const SessionView& s, const v1::OpenRequest& req,
+                                        std::chrono::steady_clock::time_point deadline,
+                                        v1::OpenResponse* resp, OpenAnswer done, WaitId* parked);
+  /// Ends a parked Open with `why` (CANCELLED, DEADLINE_EXCEEDED) if it is still parked.
+  void CancelWait(WaitId id, absl::Status why) { registry_.CancelWait(id, std::move(why)); }
   absl::Status Seal(const SessionView& s, const v1::SealRequest& req, v1::SealResponse* resp);
   absl::Status Release(const SessionView& s, const v1::ReleaseRequest& req);
   absl::Status Free(const SessionView& s, const v1::FreeRequest& req, v1::FreeResponse* resp);

@@ -1,5 +1,7 @@
 #include "daemon/service/convert.h"
 
+#include <limits>
+
 #include "common/refusal.h"
 #include "common/version.h"
 #include "common/wire/tensor.h"
@@ -169,7 +171,8 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
   me->set_admin(self->admin);
 }
 
-void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out) {
+void ToWelcome(const SessionView& session, const Backend& backend, const WaitLimits& waits,
+               v1::Welcome* out) {
   out->set_session_id(session.id);
   out->set_token(std::string(session.token.begin(), session.token.end()));
   out->set_tenant(session.tenant);
@@ -178,6 +181,9 @@ void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* 
   out->set_protocol_version(kProtocolVersion);
   out->set_quick_allocation_limit(WireQuickAllocationLimit(backend));
   out->set_range_limit(backend.devices().empty() ? 0 : backend.RangeLimit(0));
+  // A daemon that parks waiting Opens says so: a client then sends them here.
+  out->set_max_waiting_opens(waits.max_per_session != 0 ? waits.max_per_session
+                                                        : std::numeric_limits<uint32_t>::max());
 }
 
 uint64_t WireQuickAllocationLimit(const Backend& backend) {

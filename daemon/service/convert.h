@@ -31,7 +31,8 @@ void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* ou
 void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionView* self,
              v1::StatusResponse* out);
 /// The answer to Hello: the session, the daemon, and where the quick calls end.
-void ToWelcome(const SessionView& session, const Backend& backend, v1::Welcome* out);
+void ToWelcome(const SessionView& session, const Backend& backend, const WaitLimits& waits,
+               v1::Welcome* out);
 /// Welcome.quick_allocation_limit: the backend's limit, 0 for none.
 uint64_t WireQuickAllocationLimit(const Backend& backend);
 AllocateParams FromProto(const v1::AllocateRequest& request);

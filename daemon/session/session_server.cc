@@ -127,7 +127,7 @@ void SessionServer::Loop() {
         uint64_t count = 0;
         [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
         SendUnmapRequests();
-        continue;
+        continue;  // the completions of parked Opens are taken below
       }
       if (fd == listener_.get()) {
         AcceptAll();
@@ -143,6 +143,9 @@ void SessionServer::Loop() {
         Remove(fd);
       }
     }
+    // Waits that ended, whichever thread ended them (a seal on this thread
+    // too): answered in this same turn of the loop.
+    AnswerParked();
     const auto now = std::chrono::steady_clock::now();
     if (!listening_ && now >= resume_accepting_) {
       epoll_event ev{};
@@ -231,6 +234,7 @@ void SessionServer::Admit(UniqueFd fd) {
     return;
   }
   auto c = std::make_unique<Connection>();
+  c->serial = next_serial_++;
   c->peer = *peer;
   c->hello_deadline = std::chrono::steady_clock::now() + options_.hello_timeout;
   epoll_event ev{};
@@ -399,7 +403,7 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   metrics_.SessionStarted();
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
-  ToWelcome(*session, registry_.backend(), reply.mutable_welcome());
+  ToWelcome(*session, registry_.backend(), registry_.wait_limits(), reply.mutable_welcome());
   return SendFrame(c, reply);
 }
 
@@ -433,15 +437,22 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
       case v1::Call::kAllocate:
         status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
         break;
-      case v1::Call::kOpen:
-        // Waiting here would hold up this session's other calls and every
-        // other session's: a waiting Open goes through gRPC.
-        status = call.open().wait()
-                     ? calls_.Refuse("Open", &c.view,
-                                     absl::InvalidArgumentError(
-                                         "an Open that waits goes through gRPC, not session.sock"))
-                     : calls_.Open(c.view, call.open(), OpenParams{}, r->mutable_open());
+      case v1::Call::kOpen: {
+        // A waiting Open is parked in the registry, not here: this thread
+        // goes on serving the connection (and every other), and answers the
+        // wait when it ends (AnswerParked); that reply may overtake others.
+        WaitId parked = 0;
+        auto now = calls_.OpenAsync(
+            c.view, call.open(), std::chrono::steady_clock::time_point::max(), r->mutable_open(),
+            [this, fd = c.fd.get(), serial = c.serial, id = call.request_id()](
+                absl::Status answer, v1::OpenResponse resp) {
+              Post(Completion{fd, serial, id, std::move(answer), std::move(resp)});
+            },
+            &parked);
+        if (!now) return Outcome::kKeep;
+        status = *now;
         break;
+      }
       case v1::Call::kSeal:
         status = calls_.Seal(c.view, call.seal(), r->mutable_seal());
         break;
@@ -488,6 +499,43 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   }
   c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrame(reply), UniqueFd()});
   return Flush(c);
+}
+
+void SessionServer::Post(Completion completion) {
+  {
+    absl::MutexLock lock(&completions_mu_);
+    completions_.push_back(std::move(completion));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+}
+
+void SessionServer::AnswerParked() {
+  std::vector<Completion> ready;
+  {
+    absl::MutexLock lock(&completions_mu_);
+    ready.swap(completions_);
+  }
+  for (Completion& done : ready) {
+    auto it = connections_.find(done.fd);
+    // The connection has gone (its session's end answered its waits), or its
+    // descriptor now belongs to a newer one.
+    if (it == connections_.end() || it->second->serial != done.serial) continue;
+    Connection& c = *it->second;
+    v1::SessionFrame frame;
+    if (done.status.ok()) {
+      frame.mutable_reply()->set_request_id(done.request_id);
+      *frame.mutable_reply()->mutable_open() = std::move(done.response);
+    } else {
+      ToErrorFrame(done.status, done.request_id, frame.mutable_error());
+    }
+    if (SendFrame(c, frame) == Outcome::kDrop) {
+      EndSession(c, false);
+      Remove(done.fd);
+      continue;
+    }
+    if (!c.out.empty()) WatchFor(c, false);
+  }
 }
 
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,

@@ -7,7 +7,10 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "common/wire/frame.h"
@@ -22,9 +25,12 @@ namespace gpubroker {
 /// Serves session.sock: one epoll thread for all clients. A client says Hello
 /// and gets its session id and token; then it may ask for descriptors (pool
 /// and buffer fds, sent with SCM_RIGHTS) and make the data path's calls
-/// (Allocate, Open without waiting, Seal, Release), answered by the same
-/// BrokerCalls as gRPC. The connection's end, however it comes (Goodbye,
-/// close, kill -9), ends the session and reclaims its memory.
+/// (Allocate, Open, Seal, Release), answered by the same BrokerCalls as gRPC.
+/// An Open that waits is parked in the registry and answered by this thread
+/// when the wait ends (the seal, the deadline, shutdown), while the
+/// connection goes on serving the session's other calls: replies then come
+/// out of order, matched to their calls by request id. The connection's end, however it comes
+/// (Goodbye, close, kill -9), ends the session and reclaims its memory.
 ///
 /// What one peer can do to the others is bounded:
 ///  * a peer that sends garbage, a frame over the limit, or nothing within the
@@ -68,6 +74,7 @@ class SessionServer {
   };
   struct Connection {
     UniqueFd fd;
+    uint64_t serial = 0;  // tells this connection from a later one on the same descriptor
     PeerCredentials peer;
     FrameDecoder decoder;
     SessionId session = 0;
@@ -79,6 +86,14 @@ class SessionServer {
     bool reading = true;       // epoll watches for input (else for output room)
   };
   enum class Outcome { kKeep, kDrop };
+  // The end of a parked Open, posted by whichever thread ended it.
+  struct Completion {
+    int fd = -1;
+    uint64_t serial = 0;
+    uint64_t request_id = 0;
+    absl::Status status;
+    v1::OpenResponse response;
+  };
 
   void Loop();
   void AcceptAll();
@@ -95,6 +110,10 @@ class SessionServer {
   /// the peer takes now.
   Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, UniqueFd fd = UniqueFd());
   Outcome Flush(Connection& c);
+  /// Hands a completion to the loop thread (any thread) and wakes it.
+  void Post(Completion completion);
+  /// Sends the answers of the waits that ended (loop thread).
+  void AnswerParked();
   void WatchFor(Connection& c, bool reading);
   void Remove(int fd);
   /// Sends the registry's requests to unmap to their sessions' clients.
@@ -118,6 +137,9 @@ class SessionServer {
   // Touched by the loop thread only (and by Stop after the thread has ended).
   std::unordered_map<int, std::unique_ptr<Connection>> connections_;
   bool listening_ = true;  // false while accepting pauses after EMFILE
+  uint64_t next_serial_ = 1;
+  absl::Mutex completions_mu_;
+  std::vector<Completion> completions_ ABSL_GUARDED_BY(completions_mu_);
   std::chrono::steady_clock::time_point resume_accepting_;
 };
 

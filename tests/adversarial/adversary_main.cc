@@ -16,11 +16,16 @@
 //   list                      List through the client library, as JSON
 //   token                     a raw session's token (hex); the session is held
 //   grpc-token HEX            List over gRPC with someone's token: ok, or its status code
+//   grpc-waits N NAME         N gRPC Opens of NAME with wait, no deadline and no timeout,
+//                             sent at once over a few channels of one raw session; held
+//   grpc-waits-done           how many of those have been answered, and how
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <iostream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -59,12 +64,29 @@ std::map<std::string, std::string> Options(const std::vector<std::string>& w, si
   return out;
 }
 
+// One gRPC Open in flight, answered on one of gRPC's threads.
+struct PendingOpen {
+  grpc::ClientContext ctx;
+  gpubroker::v1::OpenRequest req;
+  gpubroker::v1::OpenResponse resp;
+};
+
+struct Waits {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<gpubroker::v1::Broker::Stub>> stubs;
+  std::vector<std::unique_ptr<PendingOpen>> pending;
+  std::mutex mu;
+  std::map<std::string, int> answers;  // by status code name
+  std::string first_error;
+};
+
 struct State {
   std::string dir;
   std::vector<RawSession> sessions;
   std::vector<gpubroker::UniqueFd> grpc;
   std::optional<gpubroker::Client> client;
   std::vector<gpubroker::Buffer> buffers;
+  std::unique_ptr<Waits> waits;
 };
 
 // The HTTP/2 connection preface and an empty SETTINGS frame: enough for gRPC
@@ -234,6 +256,61 @@ std::string FdFlood(State& st, int n) {
   return StrCat("ok grants=", grants, " fds=", fds);
 }
 
+std::string GrpcWaits(State& st, int n, const std::string& name) {
+  auto s = RawSession::Connect(st.dir);
+  if (!s.ok()) return StrCat("err UNAVAILABLE ", s.status().message());
+  if (auto h = s->Hello(); !h.ok()) return StrCat("err UNAVAILABLE ", h.message());
+  const std::string token = s->token_hex();
+  st.sessions.push_back(std::move(*s));
+  if (!st.waits) st.waits = std::make_unique<Waits>();
+  Waits& w = *st.waits;
+  constexpr int kChannels = 4;
+  for (int i = 0; i < kChannels; ++i) {
+    // Each its own connection (a channel argument that differs keeps gRPC from sharing one).
+    grpc::ChannelArguments args;
+    args.SetInt("gpubroker.adversary.channel", i);
+    w.channels.push_back(
+        grpc::CreateCustomChannel(StrCat("unix:", st.dir, "/", gpubroker::kGrpcSocketName),
+                                  grpc::InsecureChannelCredentials(), args));
+    w.stubs.push_back(gpubroker::v1::Broker::NewStub(w.channels.back()));
+  }
+  for (int i = 0; i < n; ++i) {
+    auto p = std::make_unique<PendingOpen>();
+    p->ctx.AddMetadata(gpubroker::kTokenMetadataKey, token);  // and no deadline
+    p->req.mutable_ref()->set_name(name);
+    p->req.set_wait(true);
+    PendingOpen* raw = p.get();
+    w.pending.push_back(std::move(p));
+    w.stubs[i % kChannels]->async()->Open(
+        &raw->ctx, &raw->req, &raw->resp, [&w](grpc::Status status) {
+          std::lock_guard lock(w.mu);
+          const std::string code =
+              gpubroker::ErrorCodeName(static_cast<gpubroker::ErrorCode>(status.error_code()));
+          w.answers[code]++;
+          if (!status.ok() && w.first_error.empty()) {
+            w.first_error = status.error_message();
+          }
+        });
+  }
+  std::this_thread::sleep_for(1s);  // refusals, if any, come within this
+  std::lock_guard lock(w.mu);
+  int answered = 0;
+  for (const auto& [code, count] : w.answers) answered += count;
+  return StrCat("ok sent=", n, " answered=", answered, " | ", w.first_error);
+}
+
+std::string GrpcWaitsDone(State& st) {
+  if (!st.waits) return "ok answered=0";
+  std::lock_guard lock(st.waits->mu);
+  int answered = 0;
+  std::string codes;
+  for (const auto& [code, count] : st.waits->answers) {
+    answered += count;
+    codes += StrCat(" ", code, "=", count);
+  }
+  return StrCat("ok answered=", answered, codes, " | ", st.waits->first_error);
+}
+
 std::string Run(State& st, const std::string& line) {
   const auto w = Words(line);
   if (w.empty()) return "err INVALID_ARGUMENT empty command";
@@ -270,6 +347,8 @@ std::string Run(State& st, const std::string& line) {
     st.sessions.push_back(std::move(*s));
     return "ok " + hex;
   }
+  if (cmd == "grpc-waits") return GrpcWaits(st, std::stoi(w.at(1)), w.at(2));
+  if (cmd == "grpc-waits-done") return GrpcWaitsDone(st);
   if (cmd == "grpc-token") {
     auto stub = gpubroker::v1::Broker::NewStub(
         grpc::CreateChannel(StrCat("unix:", st.dir, "/", gpubroker::kGrpcSocketName),

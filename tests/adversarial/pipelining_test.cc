@@ -34,7 +34,7 @@ TEST(Pipelining, ThousandsOfCallsSentBeforeReadingAreAllAnswered) {
   Helper reader(daemon.socket_dir());
   reader.Ok("open y piped unsealed");
   EXPECT_EQ(reader.Send("check y 5"), "ok");
-  EXPECT_EQ(daemon.Metric("gpubroker_sessions_total{end=\"died\"}"), 0)
+  EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 0)
       << "no session may have been dropped";
 }
 

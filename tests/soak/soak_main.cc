@@ -410,9 +410,15 @@ int Supervise(const Options& o) {
     rss_max = std::max(rss_max, s.rss_kib);
     fds_max = std::max(fds_max, s.fds);
   }
+  // A family's series summed (every label value), or one series named in full.
   auto metric = [&](const std::string& k) {
-    auto it = m.find(k);
-    return it == m.end() ? 0.0 : it->second;
+    double total = 0;
+    for (const auto& [series, value] : m) {
+      if (series == k || (k.find('{') == std::string::npos && series.rfind(k + "{", 0) == 0)) {
+        total += value;
+      }
+    }
+    return total;
   };
   nlohmann::json out;
   out["duration_s"] = o.duration_s;
@@ -423,8 +429,8 @@ int Supervise(const Options& o) {
   out["clients_killed"] = killed;
   out["allocations_ok"] = metric("gpubroker_allocations_total{result=\"ok\"}");
   out["opens_ok"] = metric("gpubroker_opens_total{result=\"ok\"}");
-  out["sessions_died"] = metric("gpubroker_sessions_total{end=\"died\"}");
-  out["sessions_closed"] = metric("gpubroker_sessions_total{end=\"closed\"}");
+  out["sessions_died"] = metric("gpubroker_sessions_ended_total{end=\"died\"}");
+  out["sessions_closed"] = metric("gpubroker_sessions_ended_total{end=\"closed\"}");
   out["reclaimed_bytes"] = metric("gpubroker_reclaimed_bytes_total");
   out["leaked_bytes"] = used;
   out["buffers_left"] = st.buffers;
@@ -466,10 +472,10 @@ int Supervise(const Options& o) {
       o.duration_s, o.clients, o.rate, static_cast<unsigned long>(spawned),
       static_cast<unsigned long>(killed), metric("gpubroker_allocations_total{result=\"ok\"}"),
       metric("gpubroker_opens_total{result=\"ok\"}"),
-      metric("gpubroker_sessions_total{end=\"died\"}"),
-      metric("gpubroker_sessions_total{end=\"closed\"}"), metric("gpubroker_reclaimed_bytes_total"),
-      static_cast<unsigned long>(used), st.buffers, static_cast<unsigned long>(corrupt),
-      static_cast<unsigned long>(unexpected + quiet_errors),
+      metric("gpubroker_sessions_ended_total{end=\"died\"}"),
+      metric("gpubroker_sessions_ended_total{end=\"closed\"}"),
+      metric("gpubroker_reclaimed_bytes_total"), static_cast<unsigned long>(used), st.buffers,
+      static_cast<unsigned long>(corrupt), static_cast<unsigned long>(unexpected + quiet_errors),
       static_cast<unsigned long>(samples.front().rss_kib), static_cast<unsigned long>(warm.rss_kib),
       static_cast<unsigned long>(last.rss_kib), static_cast<unsigned long>(rss_max),
       samples.front().fds, warm.fds, last.fds, fds_max, last.cpu_s, Percentile(quiet_alone, 0.5),
