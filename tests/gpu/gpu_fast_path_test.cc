@@ -1,0 +1,195 @@
+// The fast path (docs/fast-path.md) on real GPU memory, across real
+// processes: buffers a client makes in ranges of its tenant's arena slabs
+// and their books after SIGKILL, publish and seal in one frame answering an
+// Open parked in the daemon, recycled VMM allocations mapped from both
+// clients' caches, and the daemon's request to unmap before memory a client
+// keeps mapped goes to another tenant. The host backend's versions are in
+// tests/integration (mapping_cache_test.cc, wait_test.cc, reclaim_test.cc).
+// Every test skips, saying why, where no GPU is usable.
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "common/cuda/cuda_util.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/harness.h"
+
+namespace gpubroker::testing {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+std::string GpuProblem() {
+  auto count = cuda::DeviceCount();
+  return count.ok() ? "" : std::string(count.status().message());
+}
+
+#define SKIP_WITHOUT_GPU()                                      \
+  do {                                                          \
+    const std::string why = GpuProblem();                       \
+    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
+  } while (false)
+
+nlohmann::json Status(Helper& h) { return nlohmann::json::parse(h.Ok("status")); }
+int64_t DeviceUsed(Helper& h) { return Status(h)["devices"][0]["used_bytes"].get<int64_t>(); }
+std::string Uuid(Helper& h) { return Status(h)["devices"][0]["uuid"].get<std::string>(); }
+
+// Buffers under the VMM threshold are made by the client in ranges of its
+// tenant's arena slabs, with no call per buffer; the ranges are charged to
+// the tenant whole. A SIGKILLed owner's ranges all come back, but for the
+// published block another process still reads, which comes back when that
+// reader lets go.
+TEST(GpuFastPath, ArenaRangesOfAKilledClientReturnButForWhatAReaderHolds) {
+  SKIP_WITHOUT_GPU();
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  Helper observer(daemon.socket_dir());
+  const int64_t base = DeviceUsed(observer);
+  const std::string uuid = Uuid(observer);
+
+  auto owner = std::make_unique<Helper>(daemon.socket_dir());
+  for (int i = 0; i < 16; ++i) owner->Ok("alloc b" + std::to_string(i) + " 1048576");
+  owner->Ok("alloc p 65536 name=fast.killed");
+  owner->Ok("fill p 5");
+  owner->Ok("seal p");
+  EXPECT_EQ(owner->Stat("client_made"), 17) << "every buffer was made in the client's ranges";
+  EXPECT_EQ(owner->Stat("daemon_session"), 0);
+  EXPECT_EQ(owner->Stat("daemon_grpc"), 0);
+  EXPECT_EQ(owner->Stat("publishes"), 1) << "publish and seal: one frame";
+  const int64_t range_bytes = owner->Stat("range_bytes");
+  ASSERT_GE(range_bytes, 17 * kMiB);
+  EXPECT_EQ(DeviceUsed(observer), base + range_bytes) << "ranges are charged whole, when leased";
+
+  Helper reader(daemon.socket_dir());
+  reader.Ok("open r fast.killed");
+  EXPECT_EQ(reader.Send("check r 5 stream"), "ok");
+  owner->Kill9();
+  owner.reset();
+  ASSERT_TRUE(Eventually([&] { return DeviceUsed(observer) < base + range_bytes; }, 10s))
+      << daemon.log();
+  const int64_t held = DeviceUsed(observer) - base;
+  EXPECT_GT(held, 0) << "the block the reader holds stays";
+  EXPECT_LT(held, 2 * kMiB) << "and only that block";
+  EXPECT_EQ(reader.Send("check r 5 stream"), "ok") << "a reader never has memory pulled away";
+  reader.Ok("release r");
+  EXPECT_TRUE(Eventually([&] { return DeviceUsed(observer) == base; }, 10s)) << daemon.log();
+  EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"" + uuid + "\"}"),
+            static_cast<double>(base));
+  EXPECT_GE(daemon.Metric("gpubroker_reclaimed_bytes_total{cause=\"died\"}"),
+            static_cast<double>(range_bytes - held));
+}
+
+// A consumer that waits for a name is parked in the daemon; the producer's
+// publish-and-seal of a client-made buffer (one frame on session.sock)
+// answers it from the session thread, and the consumer's stream reads what
+// the producer's stream wrote, behind the ready fence in the block.
+TEST(GpuFastPath, PublishAndSealInOneFrameAnswersAnOpenParkedInTheDaemon) {
+  SKIP_WITHOUT_GPU();
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  Helper consumer(daemon.socket_dir());
+  Helper producer(daemon.socket_dir());
+  consumer.Post("open v fast.frame wait=20000");
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") == 1; }))
+      << daemon.log();
+
+  producer.Ok("alloc p 4194304 name=fast.frame");
+  producer.Ok("fill p 9");
+  producer.Ok("seal p");
+  EXPECT_EQ(consumer.Reply(20s).rfind("ok ", 0), 0u) << daemon.log();
+  EXPECT_EQ(consumer.Send("check v 9 stream"), "ok");
+  EXPECT_EQ(producer.Stat("client_made"), 1);
+  EXPECT_EQ(producer.Stat("publishes"), 1);
+  EXPECT_EQ(producer.Stat("daemon_session") + producer.Stat("daemon_grpc"), 0)
+      << "no Allocate and no Seal call: the publication was the only frame";
+  EXPECT_EQ(consumer.Stat("maps_mapped"), 1) << "the slab was mapped once, at the open";
+  EXPECT_EQ(daemon.Metric("gpubroker_waiting_opens"), 0);
+  EXPECT_EQ(daemon.Metric("gpubroker_connections{socket=\"grpc\"}"), 0)
+      << "the wait, the publication and the open all went over session.sock";
+}
+
+// A VMM allocation freed by its tenant is kept for the tenant's next buffer
+// of the size: that one is answered on session.sock, and both clients find
+// its mapping in their caches (the same addresses, no import).
+TEST(GpuFastPath, ARecycledVmmAllocationIsMappedFromBothClientsCaches) {
+  SKIP_WITHOUT_GPU();
+  Daemon daemon({"--backend", "cuda", "--vmm-threshold", "32MiB"});
+  ASSERT_TRUE(daemon.ok());
+  Helper a(daemon.socket_dir());
+  Helper b(daemon.socket_dir());
+  const std::string uuid = Uuid(a);
+  const std::string kept = "gpubroker_pool_kept_bytes{device=\"" + uuid + "\"}";
+
+  a.Ok("alloc x 67108864 name=kv");
+  EXPECT_EQ(a.Ok("info x").find("backing=cuda-vmm"), 0u);
+  EXPECT_EQ(a.Stat("daemon_grpc"), 1) << "cold: a new VMM allocation goes through gRPC";
+  EXPECT_EQ(a.Stat("maps_imported"), 1);
+  a.Ok("fill x 7");
+  a.Ok("seal x");
+  b.Ok("open y kv");
+  EXPECT_EQ(b.Send("check y 7 stream"), "ok");
+  EXPECT_EQ(b.Stat("maps_imported"), 1);
+  const std::string where_a = a.Ok("addr x");
+  const std::string where_b = b.Ok("addr y");
+  b.Ok("release y");
+  a.Ok("release x");
+  EXPECT_EQ(a.Stat("cache_entries"), 1);
+  EXPECT_EQ(b.Stat("cache_entries"), 1);
+  EXPECT_TRUE(Eventually([&] { return daemon.Metric(kept) == 64 * kMiB; })) << daemon.log();
+
+  a.Ok("alloc x 67108864 name=kv");
+  EXPECT_EQ(a.Stat("daemon_session"), 1) << "a kept allocation is answered on session.sock";
+  EXPECT_EQ(a.Stat("daemon_grpc"), 1);
+  EXPECT_EQ(a.Stat("cache_hits"), 1);
+  EXPECT_EQ(a.Stat("maps_imported"), 1);
+  EXPECT_EQ(a.Ok("addr x"), where_a);
+  a.Ok("fill x 11");
+  a.Ok("seal x");
+  b.Ok("open y kv");
+  EXPECT_EQ(b.Stat("maps_cached"), 1);
+  EXPECT_EQ(b.Stat("maps_imported"), 1);
+  EXPECT_EQ(b.Ok("addr y"), where_b);
+  EXPECT_EQ(b.Send("check y 11 stream"), "ok") << "b reads what a wrote into the recycled memory";
+  EXPECT_EQ(daemon.Metric(kept), 0);
+  a.Ok("alloc m 4096 publish");  // carries a's counters to the daemon
+  b.Ok("alloc m 4096 publish");
+  EXPECT_TRUE(Eventually([&] {
+    return daemon.Metric("gpubroker_client_mapping_cache_lookups_total{result=\"hit\"}") == 2;
+  }));
+  EXPECT_EQ(daemon.Metric("gpubroker_client_maps_total{path=\"cached\"}"), 2);
+}
+
+// Memory that a client keeps mapped is another tenant's only after the
+// daemon asked that client to unmap it and it did (between its calls, on its
+// own): eviction before lending across tenants.
+TEST(GpuFastPath, KeptMemoryGoesToAnotherTenantOnlyAfterItsHolderUnmapped) {
+  SKIP_WITHOUT_GPU();
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run helpers as other users";
+  Daemon daemon({"--backend", "cuda", "--vmm-threshold", "32MiB", "--pool-bytes", "256MiB"});
+  ASSERT_TRUE(daemon.ok());
+  Helper a(daemon.socket_dir(), 60031);
+  const std::string uuid = Uuid(a);
+  const std::string kept = "gpubroker_pool_kept_bytes{device=\"" + uuid + "\"}";
+  a.Ok("alloc x 167772160");  // 160 MiB
+  a.Ok("fill x 3");
+  a.Ok("release x");
+  ASSERT_EQ(a.Stat("cache_entries"), 1);
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric(kept) == 160 * kMiB; })) << daemon.log();
+
+  // 192 MiB for another tenant fits only once a's kept 160 MiB are gone.
+  Helper b(daemon.socket_dir(), 60032);
+  b.Ok("alloc y 201326592", 30s);
+  EXPECT_EQ(daemon.Metric("gpubroker_unmap_requests_total"), 1);
+  EXPECT_EQ(daemon.Metric(kept), 0);
+  EXPECT_EQ(daemon.Metric("gpubroker_pool_unmapping_bytes{device=\"" + uuid + "\"}"), 0);
+  EXPECT_EQ(a.Stat("cache_entries"), 0) << "a unmapped before b got the memory";
+  EXPECT_EQ(a.Stat("cache_evictions"), 1);
+  b.Ok("fill y 4");
+  EXPECT_EQ(b.Send("check y 4"), "ok");
+}
+
+}  // namespace
+}  // namespace gpubroker::testing
