@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -199,6 +201,41 @@ TEST(MappingCache, TheSessionSocketServesLargeAllocationsOnlyFromKeptMemory) {
   // small one are counted.
   EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"ok\"}"), 1);
   EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"invalid\"}"), 1);
+}
+
+// No silent slow paths: with GPUBROKER_LOG=debug a client says, for each
+// allocation and each map, which path it took.
+TEST(MappingCache, TheDebugLogSaysWhichPathEachAllocationAndMapTook) {
+  Daemon daemon(SmallPool());
+  ASSERT_TRUE(daemon.ok());
+  TempDir logs;
+  const std::string log = logs.path() + "/client.log";
+  Helper a(std::vector<std::string>{"/bin/sh", "-c",
+                                    "GPUBROKER_LOG=debug exec \"$0\" --socket-dir \"$1\" 2>>\"$2\"",
+                                    BinDir() + "/gpubroker-test-helper", daemon.socket_dir(), log});
+  ASSERT_TRUE(a.ok());
+  Helper b(daemon.socket_dir());
+  a.Ok("alloc s 4096");             // made in a range of a's own
+  a.Ok("alloc x 4194304 name=kv");  // the daemon's, through gRPC: no kept memory yet
+  a.Ok("seal x");
+  b.Ok("open y kv");
+  b.Ok("release y");
+  a.Ok("release x");
+  a.Ok("alloc x 4194304");  // the daemon's, on session.sock, from kept memory
+  a.Ok("release x");
+  a.Ok("evict");
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string got = text.str();
+  for (const char* line :
+       {"allocate 4 KiB: client-made (range ",
+        "allocate 4 MiB: the daemon's, on gRPC (no kept allocation) (host-fd)",
+        "): imported (mapping-cache miss)",
+        "allocate 4 MiB: the daemon's, on session.sock (a kept allocation)", "): mapping-cache hit",
+        "kept the mapping of allocation ", "evicted 1 kept mappings"}) {
+    EXPECT_NE(got.find(line), std::string::npos) << "no '" << line << "' in:\n" << got;
+  }
 }
 
 }  // namespace
