@@ -299,6 +299,13 @@ int main(int argc, char** argv) {
         o.torch_script = value();
       } else if (a == "--socket-dir") {
         o.socket_dir = value();
+      } else if (a == "--quick") {
+        // Every case and figure, with fewer samples: the whole CUDA run in a
+        // few minutes (flags after it override it).
+        o.iterations = 100;
+        o.warmup = 10;
+        o.fence_iterations = 100;
+        o.throughput_ms = 300;
       } else if (a == "--iterations") {
         o.iterations = std::stoi(value());
       } else if (a == "--warmup") {
@@ -333,7 +340,9 @@ int main(int argc, char** argv) {
             "FILE]\n"
             "                [--torch-script FILE] [--sizes LIST] [--small-size BYTES]\n"
             "                [--processes LIST] [--throughput-ms MS] [--fence-iterations N]\n"
-            "                [--cases all|handover]\n"
+            "                [--cases all|handover] [--quick]\n"
+            "  --quick: every case with fewer samples (--iterations 100 --warmup 10\n"
+            "           --fence-iterations 100 --throughput-ms 300)\n"
             "  --sizes: hand-over sizes (default 4KiB,64MiB,1GiB,40GiB)\n"
             "  --processes: client processes of the throughput cases (default 1,8,16)");
         return 0;

@@ -32,16 +32,20 @@ if ! grep -q "^\[  PASSED  \] [1-9]" "$out/gpu-tests.log"; then
   echo "  no GPU integration test ran: see $out/gpu-tests.log"; status=1
 fi
 
-# The benchmark: every case on the default path (arena), the hand-overs alone
-# on the pool path.
+# The benchmark: every case on the default path (arena), in one run of a few
+# minutes (--quick; ITERATIONS=N for more samples), then the hand-overs alone
+# on the pool path. Each says how long it took.
 for path in arena pool; do
   suffix=$([ "$path" = arena ] && echo "" || echo "-$path")
   cases=$([ "$path" = arena ] && echo all || echo handover)
-  echo "== benchmark (small buffers: $path, cases: $cases)"
+  samples=(--quick)
+  [ -n "${ITERATIONS:-}" ] && samples=(--iterations "$ITERATIONS" --warmup 20)
+  echo "== benchmark (small buffers: $path, cases: $cases, ${samples[*]})"
+  started=$SECONDS
   timeout "${BENCH_TIMEOUT:-420}" gpubroker-bench --backend cuda --small-buffers "$path" \
-    --cases "$cases" --iterations "${ITERATIONS:-200}" --warmup 20 \
-    --json-out "$out/bench-cuda$suffix.json" \
+    --cases "$cases" "${samples[@]}" --json-out "$out/bench-cuda$suffix.json" \
     2>"$out/bench-cuda$suffix.err" | tee "$out/bench-cuda$suffix.txt" || status=1
+  echo "  benchmark ($path) took $((SECONDS - started)) s" | tee -a "$out/bench-cuda$suffix.txt"
   grep -E "no progress|failed|skipped|unusable" "$out/bench-cuda$suffix.err"
 done
 # Latency against size (docs/latency-vs-size.png), where matplotlib is installed.
