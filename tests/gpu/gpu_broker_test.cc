@@ -248,10 +248,11 @@ tenants:
   EXPECT_EQ(Fields(owner.Ok("info s"))["backing"], "cuda-vmm");
   owner.Ok("fill s 21");
   owner.Ok("seal s");
-  blue.Ok("open y for.blue");
+  // Names are per tenant: another tenant's share is "owner/name".
+  blue.Ok("open y uid-0/for.blue");
   EXPECT_EQ(blue.Send("check y 21"), "ok");
-  EXPECT_EQ(blue.Send("open q private").rfind("err NOT_FOUND", 0), 0u);
-  EXPECT_EQ(green.Send("open q for.blue").rfind("err NOT_FOUND", 0), 0u);
+  EXPECT_EQ(blue.Send("open q uid-0/private").rfind("err NOT_FOUND", 0), 0u);
+  EXPECT_EQ(green.Send("open q uid-0/for.blue").rfind("err NOT_FOUND", 0), 0u);
 
   // A session of tenant blue asks for every pool id there is: it gets only its own.
   blue.Ok("alloc own 4096");
