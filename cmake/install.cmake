@@ -1,7 +1,8 @@
 # What `cmake --install` puts where (GNUInstallDirs), and the .deb that CPack
 # makes of it: the programs, the libraries they load, the client's headers, a
 # CMake package (find_package(gpubroker) -> gpubroker::client), gpubroker.pc
-# for pkg-config, the systemd unit, its system user and an example config.
+# for pkg-config, the systemd unit, its system user, an example config, the
+# Prometheus and Grafana files and the .proto files.
 include(CMakePackageConfigHelpers)
 
 set(GPUBROKER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gpubroker)
@@ -70,7 +71,19 @@ install(FILES ${PROJECT_BINARY_DIR}/package/gpubroker.service DESTINATION ${GPUB
 install(FILES deploy/systemd/gpubroker.sysusers DESTINATION ${GPUBROKER_SYSUSERS_DIR}
         RENAME gpubroker.conf)
 install(FILES deploy/gpubroker.yaml DESTINATION ${GPUBROKER_CONFIG_DIR})
-install(FILES README.md docs/architecture.md docs/configuration.md docs/operations.md
+install(FILES README.md docs/architecture.md docs/configuration.md docs/grpc-clients.md
+              docs/monitoring.md docs/operations.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES docs/images/dashboard.png DESTINATION ${CMAKE_INSTALL_DOCDIR}/images)
+
+# What a node's operator and a client in another language need beside the
+# programs: the alert rules and scrape configs, the Grafana dashboard, and the
+# .proto files to generate stubs from (docs/grpc-clients.md).
+set(GPUBROKER_DATA_DIR ${CMAKE_INSTALL_DATADIR}/gpubroker)
+install(FILES deploy/prometheus/gpubroker-rules.yml deploy/prometheus/prometheus.yml
+              deploy/prometheus/prometheus-kubernetes.yml
+        DESTINATION ${GPUBROKER_DATA_DIR}/prometheus)
+install(FILES deploy/grafana/gpubroker.json DESTINATION ${GPUBROKER_DATA_DIR}/grafana)
+install(DIRECTORY proto/ DESTINATION ${GPUBROKER_DATA_DIR}/proto FILES_MATCHING PATTERN "*.proto")
 
 include(cmake/package.cmake)

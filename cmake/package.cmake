@@ -1,6 +1,7 @@
 # `cpack -G DEB` in a build configured with -DCMAKE_INSTALL_PREFIX=/usr (see
 # `make deb`): one package with the daemon, the CLI, libgpubroker, its headers,
-# the CMake and pkg-config files, the unit and the example config. Its
+# the CMake and pkg-config files, the unit, the example config, the Python
+# package, the Prometheus and Grafana files and the .proto files. Its
 # dependencies come from dpkg-shlibdeps, so they name the libraries of the
 # release it was built on.
 set(CPACK_PACKAGE_NAME gpubroker)
@@ -10,7 +11,8 @@ string(CONCAT CPACK_PACKAGE_DESCRIPTION
   "gpubrokerd owns the GPU (or host) memory of a node and lends buffers to client processes\n"
   "through file descriptors, with leases, tenants, quotas, reclaim of dead clients and\n"
   "Prometheus metrics. This package has the daemon, its systemd unit, the gpubroker CLI,\n"
-  "and libgpubroker (C++ API and C ABI) with its headers.")
+  "libgpubroker (C++ API and C ABI) with its headers, the Python package, Prometheus\n"
+  "alert rules, a Grafana dashboard, and the .proto files for clients in other languages.")
 set(CPACK_PACKAGE_CONTACT "gpubroker maintainers <maintainers@gpubroker.invalid>")
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})

@@ -41,24 +41,8 @@ for path in arena pool; do
     2>"$out/bench-cuda$suffix.err" | tee "$out/bench-cuda$suffix.txt" || status=1
   grep -E "no progress|failed" "$out/bench-cuda$suffix.err"
 done
-# The Python package: every pytest suite (the host ones under this machine's
-# NumPy, the GPU ones across torch, CuPy, JAX and Numba), then its benchmark.
-export GPUBROKER_LIBRARY="$bundle/lib/libgpubroker.so.0" GPUBROKER_BIN_DIR="$bundle/bin"
-export PYTHONPATH="$bundle/src/client/python" PYTHONDONTWRITEBYTECODE=1
-python3 -c 'import numpy, sys; print("python", sys.version.split()[0], "numpy", numpy.__version__)' \
-  | tee -a "$out/machine.txt"
-echo "== Python tests"
-(cd "$bundle/src/tests/python" && timeout "${PYTEST_TIMEOUT:-900}" python3 -m pytest -rs -v .) \
-  >"$out/python-tests.log" 2>&1 || status=1
-grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$out/python-tests.log" | tail -60
-echo "== Python examples"
-timeout 300 bash "$bundle/src/examples/python/run-all.sh" >"$out/python-examples.log" 2>&1 || status=1
-tail -20 "$out/python-examples.log"
-echo "== Python benchmark"
-timeout "${BENCH_TIMEOUT:-600}" python3 "$bundle/src/bench/python/handover.py" \
-  --iterations "${PY_ITERATIONS:-100}" --json-out "$out/bench-python.json" \
-  2>"$out/bench-python.err" | tee "$out/bench-python.txt" || status=1
-tail -5 "$out/bench-python.err"
+# The Python package: its tests, examples and benchmark (gpu-run-python.sh).
+bash "$bundle/gpu-run-python.sh" || status=1
 # The soak on the GPU: 16 clients of mixed calls and SIGKILLs for SOAK_SECONDS
 # (0 skips it): nothing may leak, descriptors and RSS stay flat.
 if [ "${SOAK_SECONDS:-300}" != 0 ]; then

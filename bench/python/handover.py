@@ -1,315 +1,245 @@
-"""The Python package's benchmark, in one run against baselines of the same run.
+"""The Python package's benchmark, each figure against baselines of the same run.
 
-1. Overhead of the package over the C ABI: each operation through gpubroker
-   against the same C call made through bare ctypes with prepared arguments
-   (and the cost of a ctypes call that does nothing).
-2. On a GPU (torch and CuPy installed): hand a tensor from PyTorch in this
-   process to CuPy in another, 64 MiB and 1 GiB, through the package
-   (allocate + seal in A; open + wrap + stream wait, a write, in B), against
-   torch.multiprocessing and against the copy path (tensor.cpu(), pickle over
-   a pipe, cupy.asarray).
+1. The package over the C ABI (host backend): each operation through
+   gpubroker against the same C call through bare ctypes (overhead.py).
+2. Hand a tensor from one process to another (exchange.py), step by step:
+   A makes it (torch; NumPy where torch is missing), B opens it, writes into
+   it, synchronizes and answers. Through the broker (B told by a message on
+   a multiprocessing Pipe, or waiting in open(wait=True)), against
+   torch.multiprocessing as users use it (over the same Pipe, and over its
+   Queues), the copy path, and the bare channels themselves. On host memory
+   everywhere; on a GPU (torch in A, CuPy or torch in B) where torch, CuPy
+   and a CUDA device are there.
 
-Prints tables (p50/p99 in microseconds) and ratios; --json-out writes them.
+Prints tables (p50/p99 in microseconds, each hand-over's steps, what followed
+the answer) and ratios; --json-out writes them. --quick: fewer iterations
+(the GPU part then takes well under a minute after its processes start).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import multiprocessing as mp
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any, Dict, List
 
+import exchange
 import gpubroker
-from gpubroker import _lib
+from overhead import overhead
+from stats import row
+
+MiB = 1 << 20
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
-
-
-def row(name, us):
-    return {"case": name, "p50_us": round(pct(us, 50), 2), "p99_us": round(pct(us, 99), 2),
-            "n": len(us)}  # fmt: skip
-
-
-def start_daemon(backend):
+def start_daemon(backend: str):
     d = tempfile.mkdtemp(prefix="gpubroker-bench-")
     bin_dir = os.environ.get("GPUBROKER_BIN_DIR") or str(
         Path(gpubroker.library_path()).resolve().parent.parent / "bin")
-    p = subprocess.Popen([f"{bin_dir}/gpubrokerd", "--socket-dir", d, "--metrics-address",
-                          "127.0.0.1:0", "--backend", backend, "--log-level", "warn"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = [f"{bin_dir}/gpubrokerd", "--socket-dir", d, "--metrics-address", "127.0.0.1:0",
+            "--backend", backend, "--log-level", "warn"]  # fmt: skip
+    if backend == "host":
+        argv += ["--host-pool-bytes", "4GiB"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if not line:
         raise RuntimeError(p.stderr.read().strip().splitlines()[-1])
     return p, d
 
 
-# 1. The package's overhead -------------------------------------------------------
-
-def overhead(socket_dir, n):
-    c = gpubroker.connect(socket_dir)
-    lib = _lib.load()
-    h = c._h
-    rows = []
-    # A ctypes call that does nothing but cross into C and back.
-    raw_buf = ctypes.c_void_p()
-    lib.allocate(h, 4096, None, ctypes.byref(raw_buf))
-    t = []
-    for _ in range(n * 10):
-        t0 = time.perf_counter_ns()
-        lib.buffer_size(raw_buf.value)
-        t.append((time.perf_counter_ns() - t0) / 1000)
-    rows.append(row("ctypes call, no work (gpubroker_buffer_size)", t))
-    lib.buffer_release(raw_buf.value)
-
-    pkg = {"allocate": [], "seal": [], "open": [], "wrap": [], "release": []}
-    bare = {k: [] for k in pkg}
-    opts = _lib.AllocOptions()
-    lib.alloc_options_init(ctypes.byref(opts))
-    opts.dtype, opts.ndim = 12, 1
-    shape = (ctypes.c_int64 * 1)(1024)
-    opts.shape = shape
-    oo = _lib.OpenOptions()
-    lib.open_options_init(ctypes.byref(oo))
-    for i in range(n):
-        # Interleaved, so that both see the same daemon and machine state.
-        name = f"ovh.p.{i}"
-        t0 = time.perf_counter_ns()
-        b = c.allocate(shape=(1024,), dtype="float32", name=name)
-        t1 = time.perf_counter_ns()
-        b.seal()
-        t2 = time.perf_counter_ns()
-        r = c.open(name)
-        t3 = time.perf_counter_ns()
-        cap = r.__dlpack__()
-        t4 = time.perf_counter_ns()
-        del cap
-        r.release()
-        t5 = time.perf_counter_ns()
-        b.release()
-        for k, a, z in (("allocate", t0, t1), ("seal", t1, t2), ("open", t2, t3),
-                        ("wrap", t3, t4)):  # fmt: skip
-            pkg[k].append((z - a) / 1000)
-        pkg["release"].append((time.perf_counter_ns() - t5) / 1000)
-
-        nm = f"ovh.b.{i}".encode()
-        opts.name = nm
-        out, got = ctypes.c_void_p(), ctypes.c_void_p()
-        t0 = time.perf_counter_ns()
-        lib.allocate(h, 4096, ctypes.byref(opts), ctypes.byref(out))
-        t1 = time.perf_counter_ns()
-        lib.buffer_seal_on(out.value, None)
-        t2 = time.perf_counter_ns()
-        lib.open(h, nm, ctypes.byref(oo), ctypes.byref(got))
-        t3 = time.perf_counter_ns()
-        lib.buffer_to_dlpack(got.value, 0, ctypes.byref(raw_buf))
-        t4 = time.perf_counter_ns()
-        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
-            ctypes.c_void_p.from_address(raw_buf.value + 56).value)(raw_buf.value)
-        lib.buffer_release(got.value)
-        t5 = time.perf_counter_ns()
-        lib.buffer_release(out.value)
-        for k, a, z in (("allocate", t0, t1), ("seal", t1, t2), ("open", t2, t3),
-                        ("wrap", t3, t4)):  # fmt: skip
-            bare[k].append((z - a) / 1000)
-        bare["release"].append((time.perf_counter_ns() - t5) / 1000)
-    table = []
-    for k in pkg:
-        p, b = pct(pkg[k], 50), pct(bare[k], 50)
-        table.append({"op": k, "package_p50_us": round(p, 2), "c_abi_p50_us": round(b, 2),
-                      "added_us": round(p - b, 2)})  # fmt: skip
-    c.close()
-    return rows, table
+def size_label(size: int) -> str:
+    return f"{size // MiB} MiB" if size >= MiB else f"{size // 1024} KiB"
 
 
-# 2. The GPU hand-over -------------------------------------------------------------
-
-def broker_child(conn, socket_dir):
-    import cupy
-
-    c = gpubroker.connect(socket_dir)
-    cupy.zeros(1).sum()
-    conn.send("ready")
-    while True:
-        name = conn.recv()
-        if name is None:
-            return
-        b = c.open(name)
-        a = b.as_cupy()  # waits on CuPy's stream for the producer's fence
-        a[:4] = 1
-        cupy.cuda.get_current_stream().synchronize()
-        del a
-        b.release()
-        conn.send(1)
+def summarize(gpu: bool, producer: str,
+              rows: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:  # fmt: skip
+    """Per case: its total and each step and after-step as p50/p99 rows."""
+    out = {}
+    for case, its in rows.items():
+        totals = [r["total"] for r in its]
+        names = [n for n, _ in its[0]["steps"]]
+        steps = [row(n, [r["steps"][k][1] for r in its]) for k, n in enumerate(names)]
+        after = [row(n, [r["after"][n] for r in its]) for n in its[0]["after"]]
+        aside = [row(n, [r["aside"][n] for r in its]) for n in its[0]["aside"]]
+        mean = sum(totals) / len(totals)
+        mean_steps = sum(sum(v for _, v in r["steps"]) for r in its) / len(its)
+        out[case] = {"label": exchange.label(case, gpu, producer), "total": row("total", totals),
+                     "steps": steps, "aside": aside, "after": after,
+                     "mean_total_us": round(mean, 2),
+                     "mean_of_steps_sum_us": round(mean_steps, 2)}  # fmt: skip
+    return out
 
 
-def torch_child(inbox, outbox):
-    import torch
-
-    torch.cuda.set_device(0)
-    outbox.put("ready")
-    while True:
-        t = inbox.get()
-        if t is None:
-            return
-        t[:4].fill_(1)
-        torch.cuda.synchronize()
-        outbox.put(1)
-        del t
-
-
-def copy_child(conn):
-    import cupy
-
-    cupy.zeros(1).sum()
-    conn.send("ready")
-    while True:
-        arr = conn.recv()
-        if arr is None:
-            return
-        a = cupy.asarray(arr)
-        a[:4] = 1
-        cupy.cuda.get_current_stream().synchronize()
-        conn.send(1)
+def print_handover(title: str, by_size: Dict[str, Dict[str, Any]]) -> None:
+    for label, cases in by_size.items():
+        n = max(c["total"]["n"] for c in cases.values())
+        print(f"== {title}, {label} (p50 / p99 us; {n} iterations, steps add up to the total)")
+        for case in exchange.CASES:
+            c = cases.get(case)
+            if c is None:
+                continue
+            t = c["total"]
+            print(f"  {c['label']:<66} {t['p50_us']:>9.1f} {t['p99_us']:>9.1f}")
+            for s in c["steps"]:
+                print(f"      {s['case']:<62} {s['p50_us']:>9.1f} {s['p99_us']:>9.1f}")
+            for s in c["aside"]:
+                print(f"      (within) {s['case']:<53} {s['p50_us']:>9.1f} {s['p99_us']:>9.1f}")
+            for s in c["after"]:
+                print(f"      (after) {s['case']:<54} {s['p50_us']:>9.1f} {s['p99_us']:>9.1f}")
 
 
-def gpu_handover(socket_dir, sizes, n, n_copy):
-    import torch
-
-    ctx = mp.get_context("spawn")
-    results = []
-    for size in sizes:
-        label = f"{size >> 20} MiB"
-        # Through the package.
-        a_end, b_end = ctx.Pipe()
-        proc = ctx.Process(target=broker_child, args=(b_end, socket_dir))
-        proc.start()
-        assert a_end.recv() == "ready"
-        c = gpubroker.connect(socket_dir)
-        stream = torch.cuda.current_stream()
-        us = []
-        for i in range(n + 10):
-            t0 = time.perf_counter()
-            buf = c.allocate(shape=(size,), dtype=torch.uint8, name=f"bench.{i}")
-            buf.as_torch()  # what a producer would fill (left unfilled: fill-free)
-            buf.seal(stream)
-            a_end.send(f"bench.{i}")
-            a_end.recv()
-            dt = (time.perf_counter() - t0) * 1e6
-            buf.release()
-            if i >= 10:
-                us.append(dt)
-        a_end.send(None)
-        proc.join()
-        c.close()
-        results.append(row(f"gpubroker torch -> cupy, {label}", us))
-        print(f"  broker {label}: p50 {pct(us, 50):.0f} us", file=sys.stderr)
-
-        # torch.multiprocessing.
-        import torch.multiprocessing as tmp
-
-        tctx = tmp.get_context("spawn")
-        inbox, outbox = tctx.Queue(), tctx.Queue()
-        proc = tctx.Process(target=torch_child, args=(inbox, outbox))
-        proc.start()
-        assert outbox.get() == "ready"
-        us = []
-        for i in range(n + 10):
-            t0 = time.perf_counter()
-            x = torch.empty(size, dtype=torch.uint8, device="cuda")
-            inbox.put(x)
-            outbox.get()
-            dt = (time.perf_counter() - t0) * 1e6
-            del x
-            if i >= 10:
-                us.append(dt)
-        inbox.put(None)
-        proc.join()
-        results.append(row(f"torch.multiprocessing, {label}", us))
-        print(f"  torch.mp {label}: p50 {pct(us, 50):.0f} us", file=sys.stderr)
-
-        # The copy path.
-        a_end, b_end = ctx.Pipe()
-        proc = ctx.Process(target=copy_child, args=(b_end,))
-        proc.start()
-        assert a_end.recv() == "ready"
-        x = torch.zeros(size, dtype=torch.uint8, device="cuda")
-        us = []
-        for i in range(n_copy + 1):
-            t0 = time.perf_counter()
-            a_end.send(x.cpu().numpy())
-            a_end.recv()
-            dt = (time.perf_counter() - t0) * 1e6
-            if i >= 1:
-                us.append(dt)
-        a_end.send(None)
-        proc.join()
-        results.append(row(f"copy path (cpu, pickle, cupy.asarray), {label}", us))
-        print(f"  copy {label}: p50 {pct(us, 50):.0f} us", file=sys.stderr)
-    return results
+# (ours, theirs, what the comparison is): ratio = theirs' p50 / ours' p50.
+COMPARISONS = [
+    ("broker-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, the same channel (Pipe) and consumer work"),
+    ("broker-torch", "tmp-pipe-torch", "torch -> torch, the same channel (Pipe)"),
+    ("broker-torch", "tmp-queue-torch",
+     "torch -> torch against torch.mp's Queue (as earlier runs measured torch.mp)"),
+    ("broker-cupy", "tmp-queue-torch",
+     "torch -> {cupy} against torch.mp's Queue torch -> torch (the earlier headline)"),
+    ("broker-wait-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, B waiting in the broker, against torch.mp (Pipe) -> {cupy}"),
+    ("broker-cupy", "copy", "{a} -> {cupy} against the copy path"),
+]  # fmt: skip
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=100)
-    ap.add_argument("--copy-iterations", type=int, default=10)
-    ap.add_argument("--json-out")
-    args = ap.parse_args()
-    report = {"python": sys.version.split()[0], "library": gpubroker.library_version()}
+def ratios(gpu: bool, producer: str, by_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    fw = "cupy" if gpu else "numpy"
+    out: Dict[str, Any] = {}
+    for label, cases in by_size.items():
+        p50 = {k: v["total"]["p50_us"] for k, v in cases.items()}
+        r: Dict[str, Any] = {}
+        for ours, theirs, what in COMPARISONS:
+            if ours in p50 and theirs in p50:
+                r[f"{ours} vs {theirs}"] = {
+                    "what": what.format(a=producer, cupy=fw), "ours_us": p50[ours],
+                    "theirs_us": p50[theirs], "ratio": round(p50[theirs] / p50[ours], 2)}
+        if "pipe-ping" in p50 and "broker-cupy" in p50:
+            r["gpubroker's hand-over less one Pipe round trip"] = {
+                "what": "the broker and the frameworks, without the channel",
+                "us": round(p50["broker-cupy"] - p50["pipe-ping"], 1)}
+        out[label] = r
+    return out
 
-    daemon, d = start_daemon("host")
+
+def print_ratios(title: str, rs: Dict[str, Any], targets: bool) -> None:
+    for label, r in rs.items():
+        print(f"== {title}, {label}: ratios (their p50 / ours; > 1: gpubroker is faster)")
+        for key, v in r.items():
+            if "ratio" in v:
+                print(f"  {v['what']:<80} {v['ours_us']:>9.1f} vs {v['theirs_us']:>9.1f} us: "
+                      f"{v['ratio']:.2f}x")  # fmt: skip
+            else:
+                print(f"  {key} ({v['what']}): {v['us']} us")
+        if targets:
+            for ours, theirs in (("broker-cupy", "tmp-pipe-cupy"),
+                                 ("broker-cupy", "tmp-queue-torch")):  # fmt: skip
+                v = r.get(f"{ours} vs {theirs}")
+                if v:
+                    x = v["ratio"]
+                    verdict = "both met" if x >= 4 else "3x met, 4x not" if x >= 3 else "not met"
+                    print(f"  targets >= 3x (issue 12), >= 4x (issue 11) against {theirs}: "
+                          f"{x:.2f}x, {verdict}")  # fmt: skip
+
+
+def handover(backend: str, sizes: List[int], args: argparse.Namespace) -> Dict[str, Any]:
+    gpu = backend == "cuda"
+    daemon, d = start_daemon(backend)
     try:
-        calls, table = overhead(d, args.iterations)
+        run = exchange.Run(d, gpu, list(exchange.CASES))
+        try:
+            by_size = {}
+            for size in sizes:
+                copies = args.copy_iterations
+                if size >= 1 << 30:  # seconds each: half as many
+                    copies = max(1, copies // 2)
+                rows = run.run(size, args.iterations, args.warmup, copies)
+                by_size[size_label(size)] = summarize(gpu, run.producer.name, rows)
+                print(f"  {backend} {size_label(size)}: done", file=sys.stderr)
+        finally:
+            run.close()
     finally:
         daemon.terminate()
         daemon.wait()
-    report["ctypes"] = calls
-    report["overhead_host"] = table
-    print("== the package over the C ABI (host backend), p50 per operation")
-    for r in calls:
-        print(f"  {r['case']}: {r['p50_us']} us")
-    print(f"  {'op':<10} {'package':>10} {'C ABI':>10} {'added':>8}")
-    for t in table:
-        print(f"  {t['op']:<10} {t['package_p50_us']:>8} us {t['c_abi_p50_us']:>8} us "
-              f"{t['added_us']:>6} us")  # fmt: skip
+    return {"producer": run.producer.name, "sizes": by_size,
+            "ratios": ratios(gpu, run.producer.name, by_size)}
 
+
+def gpu_available() -> str:
+    """'' when the GPU part can run, else why not."""
     try:
         import cupy  # noqa: F401
         import torch
+    except ImportError as e:  # noqa: F841
+        return str(e)
+    if not torch.cuda.is_available():
+        return "no CUDA device for torch"
+    return ""
 
-        if not torch.cuda.is_available():
-            raise ImportError("no CUDA device for torch")
-        daemon, d = start_daemon("cuda")
-    except (ImportError, RuntimeError) as e:
-        print(f"== GPU hand-over: skipped ({e})")
-    else:
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--copy-iterations", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="50 iterations, 10 warm-up, 2 copies")
+    ap.add_argument("--parts", default="overhead,host,gpu",
+                    help="which of overhead, host, gpu to run (comma-separated)")
+    ap.add_argument("--host-sizes", default="1,64", help="MiB, comma-separated")
+    ap.add_argument("--gpu-sizes", default="64,1024", help="MiB, comma-separated")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    if args.quick:
+        args.iterations, args.warmup, args.copy_iterations = 50, 10, 2
+    parts = set(args.parts.split(","))
+    report: Dict[str, Any] = {"python": sys.version.split()[0],
+                              "library": gpubroker.library_version(),
+                              "iterations": args.iterations, "warmup": args.warmup}  # fmt: skip
+    for mod in ("numpy", "torch", "cupy"):
         try:
-            rows = gpu_handover(d, [64 << 20, 1 << 30], args.iterations, args.copy_iterations)
+            report[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    if not exchange.clock_is_shared():
+        print("== hand-overs: skipped (perf_counter is not CLOCK_MONOTONIC: steps across "
+              "processes cannot be timed)")  # fmt: skip
+        parts -= {"host", "gpu"}
+
+    if "overhead" in parts:
+        daemon, d = start_daemon("host")
+        try:
+            calls, table = overhead(d, max(args.iterations, 300))
         finally:
             daemon.terminate()
             daemon.wait()
-        report["handover"] = rows
-        print("== PyTorch in A to CuPy in B (B writes, synchronizes, answers)")
-        for r in rows:
-            print(f"  {r['case']:<52} p50 {r['p50_us']:>10.1f} us   p99 {r['p99_us']:>10.1f} us")
-        by = {r["case"]: r["p50_us"] for r in rows}
-        for label in ("64 MiB", "1024 MiB"):
-            b = by[f"gpubroker torch -> cupy, {label}"]
-            t = by[f"torch.multiprocessing, {label}"]
-            c = by[f"copy path (cpu, pickle, cupy.asarray), {label}"]
-            print(f"  {label}: {t / b:.2f}x faster than torch.multiprocessing, "
-                  f"{c / b:.0f}x faster than the copy path")  # fmt: skip
-            report.setdefault("ratios", {})[label] = {"vs_torch_mp": round(t / b, 2),
-                                                      "vs_copy": round(c / b, 1)}  # fmt: skip
+        report["ctypes"] = calls
+        report["overhead_host"] = table
+        print("== the package over the C ABI (host backend), p50 per operation")
+        for r in calls:
+            print(f"  {r['case']}: {r['p50_us']} us")
+        print(f"  {'op':<10} {'package':>10} {'C ABI':>10} {'added':>8}")
+        for t in table:
+            print(f"  {t['op']:<10} {t['package_p50_us']:>8} us {t['c_abi_p50_us']:>8} us "
+                  f"{t['added_us']:>6} us")  # fmt: skip
+
+    mib = lambda s: [int(x) * MiB for x in s.split(",") if x]  # noqa: E731
+    if "host" in parts:
+        h = handover("host", mib(args.host_sizes), args)
+        report.setdefault("handover", {})["host"] = h
+        print_handover(f"Hand-over of host memory ({h['producer']} in A)", h["sizes"])
+        print_ratios("host memory", h["ratios"], targets=False)
+    if "gpu" in parts:
+        why = gpu_available()
+        if why:
+            print(f"== GPU hand-over: skipped ({why})")
+        else:
+            g = handover("cuda", mib(args.gpu_sizes), args)
+            report.setdefault("handover", {})["cuda"] = g
+            print_handover("PyTorch in A to CuPy or torch in B, on the GPU", g["sizes"])
+            print_ratios("GPU", g["ratios"], targets=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
 

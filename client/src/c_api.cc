@@ -1,5 +1,7 @@
 // The C ABI: each entry point catches every exception at the boundary and
 // turns it into a status code plus a thread-local message.
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -184,6 +186,17 @@ Managed* NewExport(const std::shared_ptr<Held>& held, dl::Tensor** tensor) {
   return &e.release()->managed;
 }
 
+gpubroker_status_t CheckDlpackFlags(uint32_t flags) {
+  constexpr uint32_t kKnown = GPUBROKER_DLPACK_VERSIONED | GPUBROKER_DLPACK_READ_ONLY;
+  if ((flags & ~kKnown) != 0) {
+    return Fail(GPUBROKER_INVALID_ARGUMENT, "unknown gpubroker_buffer_to_dlpack flags");
+  }
+  if ((flags & GPUBROKER_DLPACK_READ_ONLY) && !(flags & GPUBROKER_DLPACK_VERSIONED)) {
+    return Fail(GPUBROKER_INVALID_ARGUMENT, "a legacy DLPack tensor cannot say it is read-only");
+  }
+  return GPUBROKER_OK;
+}
+
 #define GPUBROKER_CHECK_ARG(cond)                                                   \
   do {                                                                              \
     if (!(cond)) return Fail(GPUBROKER_INVALID_ARGUMENT, "argument fails: " #cond); \
@@ -278,6 +291,21 @@ gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
     }
     *out = Wrap(client->client.allocate(size, options));
   });
+}
+
+gpubroker_status_t gpubroker_allocate_named(gpubroker_client_t* client, uint64_t size,
+                                            const char* name, const gpubroker_alloc_options_t* o,
+                                            gpubroker_buffer_t** out) {
+  gpubroker_alloc_options_t options;
+  if (o == nullptr) {
+    gpubroker_alloc_options_init(&options);
+  } else if (o->struct_size < sizeof(options)) {
+    return gpubroker_allocate(client, size, o, out);  // refuses it, with the reason
+  } else {
+    options = *o;
+  }
+  options.name = name;
+  return gpubroker_allocate(client, size, &options, out);
 }
 
 gpubroker_status_t gpubroker_open(gpubroker_client_t* client, const char* name_or_id,
@@ -379,13 +407,7 @@ void gpubroker_view_release(gpubroker_view_t* v) { delete v; }
 
 gpubroker_status_t gpubroker_buffer_to_dlpack(gpubroker_buffer_t* b, uint32_t flags, void** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
-  constexpr uint32_t kKnown = GPUBROKER_DLPACK_VERSIONED | GPUBROKER_DLPACK_READ_ONLY;
-  if ((flags & ~kKnown) != 0) {
-    return Fail(GPUBROKER_INVALID_ARGUMENT, "unknown gpubroker_buffer_to_dlpack flags");
-  }
-  if ((flags & GPUBROKER_DLPACK_READ_ONLY) && !(flags & GPUBROKER_DLPACK_VERSIONED)) {
-    return Fail(GPUBROKER_INVALID_ARGUMENT, "a legacy DLPack tensor cannot say it is read-only");
-  }
+  if (const auto s = CheckDlpackFlags(flags); s != GPUBROKER_OK) return s;
   return Guard([&] {
     CheckNotForked(*b->held);
     dl::Tensor* tensor = nullptr;
@@ -417,6 +439,52 @@ gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffer_t* b, int32_t*
 gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* b, char** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
   return Guard([&] { *out = CopyString(gpubroker::ToJson(b->buffer().info())); });
+}
+
+gpubroker_status_t gpubroker_buffer_get_facts(const gpubroker_buffer_t* b,
+                                              gpubroker_buffer_facts_t* facts) {
+  GPUBROKER_CHECK_ARG(b != nullptr && facts != nullptr);
+  constexpr uint32_t kFirstVersion = offsetof(gpubroker_buffer_facts_t, strides) + sizeof(void*);
+  if (facts->struct_size < kFirstVersion) {
+    return Fail(GPUBROKER_INVALID_ARGUMENT,
+                "gpubroker_buffer_facts_t.struct_size is too small: set it to the struct's size");
+  }
+  const gpubroker::Buffer& buffer = b->buffer();
+  gpubroker_buffer_facts_t f{};
+  f.struct_size = static_cast<uint32_t>(std::min<size_t>(facts->struct_size, sizeof(f)));
+  if (buffer.is_owner()) f.flags |= GPUBROKER_BUFFER_OWNER;
+  if (buffer.info().state == gpubroker::BufferState::kSealed) f.flags |= GPUBROKER_BUFFER_SEALED;
+  f.id = buffer.info().id;
+  f.size = buffer.size();
+  f.data = buffer.data();
+  f.name = buffer.name().c_str();
+  f.device = buffer.device().c_str();
+  f.device_ordinal = buffer.device_ordinal();
+  if (const auto& t = buffer.tensor()) {
+    f.flags |= GPUBROKER_BUFFER_TENSOR;
+    f.dtype = static_cast<int32_t>(t->dtype);
+    f.ndim = static_cast<uint32_t>(t->shape.size());
+    f.byte_offset = t->byte_offset;
+    f.shape = t->shape.data();
+    f.strides = t->strides.empty() ? b->held->strides.data() : t->strides.data();
+  }
+  std::memcpy(facts, &f, f.struct_size);
+  return GPUBROKER_OK;
+}
+
+gpubroker_status_t gpubroker_buffer_to_dlpack_on(gpubroker_buffer_t* b, uint32_t flags,
+                                                 void* stream, void** out) {
+  GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
+  if (const auto s = CheckDlpackFlags(flags); s != GPUBROKER_OK) return s;
+  {
+    gpubroker::Buffer& buffer = b->buffer();
+    // An unsealed buffer has no fence recorded yet: waiting on it would wait
+    // for a seal that may never come.
+    if (buffer.device_ordinal() >= 0 && buffer.info().state == gpubroker::BufferState::kSealed) {
+      if (const auto s = Guard([&] { buffer.wait_ready(stream); }); s != GPUBROKER_OK) return s;
+    }
+  }
+  return gpubroker_buffer_to_dlpack(b, flags, out);
 }
 
 }  // extern "C"

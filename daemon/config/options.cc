@@ -1,5 +1,7 @@
 #include "daemon/config/options.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -371,7 +373,12 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(int argc, const char* const* 
   }
   if (!config.empty()) {
     std::ifstream in(config);
-    if (!in) return absl::InvalidArgumentError(StrCat("cannot read config file ", config));
+    // The reason matters under systemd, where ProtectHome= makes a file in
+    // /home unreadable although it exists.
+    if (!in) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot read config file ", config, ": ", std::strerror(errno)));
+    }
     std::stringstream text;
     text << in.rdbuf();
     GPUBROKER_RETURN_IF_ERROR(ApplyConfigYaml(text.str(), config, out.options));

@@ -8,10 +8,12 @@
 #   python3-grpc-tools).
 # OUT_DIR then holds gpubroker/v1/{broker,session}_pb2.py, broker_pb2_grpc.py
 # and grpc_health/v1/health_pb2{,_grpc}.py: put it on sys.path.
+# GPUBROKER_PROTO_DIR: where the .proto files are (default: this tree's proto/;
+# an installed gpubroker has them in PREFIX/share/gpubroker/proto).
 set -euo pipefail
 out=${1:?usage: generate.sh OUT_DIR [protoc|grpc_tools]}
 with=${2:-protoc}
-proto=$(cd "$(dirname "$0")/../../proto" && pwd)
+proto=$(cd "${GPUBROKER_PROTO_DIR:-$(dirname "$0")/../../proto}" && pwd)
 files=("$proto"/gpubroker/v1/broker.proto "$proto"/gpubroker/v1/session.proto
        "$proto"/grpc_health/v1/health.proto)
 mkdir -p "$out"

@@ -253,6 +253,41 @@ class GrpcClientTest(unittest.TestCase):
         self.assertEqual(result, {"same": True, "size": 200000})
         helper.close()
 
+    def test_the_documented_listing_is_the_example_and_it_runs(self):
+        listing = os.path.join(ROOT, "examples", "grpc_python", "hello_broker.py")
+        with open(listing) as f:
+            code = f.read()
+        with open(os.path.join(ROOT, "docs", "grpc-clients.md")) as f:
+            doc = f.read()
+        self.assertTrue("```python\n" + code + "```\n" in doc,
+                        "docs/grpc-clients.md must show examples/grpc_python/hello_broker.py as is")
+
+        env = dict(os.environ, GPUBROKER_SOCKET_DIR=self.daemon.dir,
+                   PYTHONPATH=os.pathsep.join([STUBS, os.environ.get("PYTHONPATH", "")]))
+        reader = subprocess.Popen(["/usr/bin/python3", listing, "read"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(0.5)
+        self.assertIsNone(reader.poll(), "the reader did not wait for the buffer")
+        writer = subprocess.run(["/usr/bin/python3", listing], env=env, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(writer.returncode, 0, writer.stderr)
+        lines = writer.stdout.splitlines()
+        self.assertRegex(lines[0], r"^SERVING host \d+ sessions$")
+        self.assertRegex(lines[1], r"^session \d+, tenant \S+$")
+        self.assertRegex(lines[2], r"^buffer \d+ 'greeting' sealed on host$")
+        out, _ = reader.communicate(timeout=60)
+        self.assertEqual(reader.returncode, 0, out)
+        self.assertIn("says: hello from Python", out)
+
+        # Both sessions said goodbye; the kept buffer stays, and a C++ reader sees the bytes.
+        helper = Helper(self.daemon.dir)
+        self.assertTrue(helper.send("open g greeting").startswith("ok"))
+        self.assertEqual(helper.send("peek g 0"), f"ok {ord('h')}")
+        self.assertEqual(helper.send("peek g 16"), f"ok {ord('n')}")
+        self.assertEqual(helper.send("release g"), "ok")
+        self.assertTrue(helper.send("free greeting").startswith("ok"))
+        helper.close()
+
     def test_refusals_carry_grpc_codes(self):
         with gpubroker_grpc.Session(self.daemon.dir) as session:
             for size, code, reason in (

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the build into a DESTDIR and uses only what was installed, as an
 # operator and a user would: the installed daemon serves, the installed CLI
-# talks to it, a C++17 program built with find_package(gpubroker) shares a
-# buffer with a C program built with pkg-config, and the daemon stops clean.
+# talks to it, a Python gRPC client runs on stubs from the installed .proto
+# files, a C++17 program built with find_package(gpubroker) shares a buffer
+# with a C program built with pkg-config, and the daemon stops clean.
 #
 # install_test.sh BUILD_DIR SOURCE_DIR PREFIX BINDIR LIBDIR INCLUDEDIR SYSCONFDIR CC CXX [FLAGS]
 #   BINDIR, LIBDIR, INCLUDEDIR: relative to PREFIX; SYSCONFDIR: absolute
@@ -38,7 +39,10 @@ for f in "$bindir/gpubrokerd" "$bindir/gpubroker" "$libdir/libgpubroker.so" \
          "$libdir/cmake/gpubroker/gpubrokerConfigVersion.cmake" \
          "$includedir/gpubroker/client.hpp" "$includedir/gpubroker/gpubroker.h" \
          lib/systemd/system/gpubroker.service lib/sysusers.d/gpubroker.conf \
-         share/doc/gpubroker/operations.md; do
+         share/doc/gpubroker/operations.md share/doc/gpubroker/monitoring.md \
+         share/doc/gpubroker/grpc-clients.md share/doc/gpubroker/images/dashboard.png \
+         share/gpubroker/grafana/gpubroker.json share/gpubroker/prometheus/prometheus.yml \
+         share/gpubroker/proto/gpubroker/v1/broker.proto; do
   [ -e "$root/$f" ] || fail "$prefix/$f is not installed"
 done
 # The example config goes to the system's config directory (/etc for /usr).
@@ -83,6 +87,19 @@ grep -q "^gpubrokerd " "$work/daemon.out" || fail "no start line from the instal
 sed 's/^/  /' "$work/daemon.out"
 "$root/$bindir/gpubroker" --socket-dir "$sock" status >"$work/status.txt" ||
   fail "installed CLI: status: $(cat "$work/status.txt")"
+
+step "the installed alert rules and a gRPC client from the installed .proto files"
+if command -v promtool >/dev/null; then
+  promtool check rules "$root/share/gpubroker/prometheus/gpubroker-rules.yml" >"$work/rules.log" 2>&1 ||
+    fail "promtool check rules: $(cat "$work/rules.log")"
+fi
+GPUBROKER_PROTO_DIR=$root/share/gpubroker/proto "$src/examples/grpc_python/generate.sh" \
+  "$work/stubs" >"$work/stubs.log" 2>&1 || fail "stubs from the installed protos: $(cat "$work/stubs.log")"
+GPUBROKER_SOCKET_DIR=$sock PYTHONPATH=$work/stubs /usr/bin/python3 \
+  "$src/examples/grpc_python/hello_broker.py" >"$work/hello.txt" 2>&1 ||
+  fail "hello_broker.py: $(cat "$work/hello.txt")"
+grep -q "'greeting' sealed on host" "$work/hello.txt" || fail "hello_broker.py: $(cat "$work/hello.txt")"
+"$root/$bindir/gpubroker" --socket-dir "$sock" free greeting >/dev/null || fail "free greeting"
 
 step "a C++17 program built with find_package(gpubroker)"
 # shellcheck disable=SC2086

@@ -185,6 +185,199 @@ TEST(CAbi, DlpackCarriesStridesOffsetsAndEveryDtype) {
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
+TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.facts", GPUBROKER_DTYPE_INT16, {3, 5}, {}, 8);
+  ASSERT_NE(b, nullptr);
+
+  gpubroker_buffer_facts_t f;
+  std::memset(&f, 0xab, sizeof(f));
+  f.struct_size = sizeof(f);
+  ASSERT_EQ(gpubroker_buffer_get_facts(b, &f), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(f.struct_size, sizeof(f));
+  EXPECT_EQ(f.flags, unsigned{GPUBROKER_BUFFER_OWNER | GPUBROKER_BUFFER_TENSOR});
+  EXPECT_EQ(f.id, gpubroker_buffer_id(b));
+  EXPECT_NE(f.id, 0u);
+  EXPECT_EQ(f.size, 4096u);
+  EXPECT_EQ(f.data, gpubroker_buffer_data(b));
+  EXPECT_STREQ(f.name, "c.facts");
+  EXPECT_EQ(f.name, gpubroker_buffer_name(b)) << "the handle's own string, not a copy";
+  EXPECT_STREQ(f.device, gpubroker_buffer_device(b));
+  EXPECT_EQ(f.device_ordinal, -1);
+  EXPECT_EQ(f.dtype, GPUBROKER_DTYPE_INT16);
+  ASSERT_EQ(f.ndim, 2u);
+  EXPECT_EQ(f.reserved, 0u);
+  EXPECT_EQ(f.byte_offset, 8u);
+  EXPECT_EQ(f.shape[0], 3);
+  EXPECT_EQ(f.shape[1], 5);
+  EXPECT_EQ(f.strides[0], 5) << "C-contiguous strides filled in";
+  EXPECT_EQ(f.strides[1], 1);
+  int32_t dtype = 0;
+  uint32_t ndim = 0;
+  const int64_t* shape = nullptr;
+  const int64_t* strides = nullptr;
+  uint64_t offset = 0;
+  ASSERT_EQ(gpubroker_buffer_tensor(b, &dtype, &ndim, &shape, &strides, &offset), GPUBROKER_OK);
+  EXPECT_EQ(f.shape, shape);
+  EXPECT_EQ(f.strides, strides);
+
+  ASSERT_EQ(gpubroker_buffer_seal(b), GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_buffer_get_facts(b, &f), GPUBROKER_OK);
+  EXPECT_EQ(f.flags,
+            unsigned{GPUBROKER_BUFFER_OWNER | GPUBROKER_BUFFER_TENSOR | GPUBROKER_BUFFER_SEALED});
+
+  // An opener's handle: no owner; no descriptor: no tensor, no shape.
+  gpubroker_buffer_t* raw = nullptr;
+  gpubroker_alloc_options_t o;
+  gpubroker_alloc_options_init(&o);
+  o.name = "c.facts.raw";
+  ASSERT_EQ(gpubroker_allocate(client.get(), 100, &o, &raw), GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_buffer_seal(raw), GPUBROKER_OK);
+  CClient reader(daemon.socket_dir());
+  gpubroker_buffer_t* opened = nullptr;
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.facts.raw", nullptr, &opened), GPUBROKER_OK)
+      << gpubroker_last_error();
+  ASSERT_EQ(gpubroker_buffer_get_facts(opened, &f), GPUBROKER_OK);
+  EXPECT_EQ(f.flags, unsigned{GPUBROKER_BUFFER_SEALED});
+  EXPECT_EQ(f.id, gpubroker_buffer_id(raw));
+  EXPECT_EQ(f.size, 100u);
+  EXPECT_EQ(f.data, gpubroker_buffer_data(opened));
+  EXPECT_EQ(f.dtype, GPUBROKER_DTYPE_UNSPECIFIED);
+  EXPECT_EQ(f.ndim, 0u);
+  EXPECT_EQ(f.shape, nullptr);
+  EXPECT_EQ(f.strides, nullptr);
+  EXPECT_EQ(f.byte_offset, 0u);
+
+  // A caller built against a later header (a larger struct) gets what this
+  // library knows, the rest untouched; one built against none is refused.
+  struct Later {
+    gpubroker_buffer_facts_t facts;
+    uint64_t appended;
+  } later;
+  std::memset(&later, 0xab, sizeof(later));
+  later.facts.struct_size = sizeof(later);
+  ASSERT_EQ(gpubroker_buffer_get_facts(opened, &later.facts), GPUBROKER_OK);
+  EXPECT_EQ(later.facts.struct_size, sizeof(gpubroker_buffer_facts_t));
+  EXPECT_EQ(later.facts.size, 100u);
+  EXPECT_EQ(later.appended, 0xababababababababull);
+  f.struct_size = 8;
+  EXPECT_EQ(gpubroker_buffer_get_facts(opened, &f), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(gpubroker_last_error(), "struct_size"), nullptr) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_get_facts(nullptr, &f), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(gpubroker_buffer_get_facts(opened, nullptr), GPUBROKER_INVALID_ARGUMENT);
+
+  gpubroker_buffer_release(opened);
+  gpubroker_buffer_release(raw);
+  gpubroker_buffer_release(b);
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
+TEST(CAbi, PreparedOptionsServeEveryBufferOfTheirKindWithTheNameBeside) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  const int64_t shape[] = {16, 4};
+  gpubroker_alloc_options_t kind;
+  gpubroker_alloc_options_init(&kind);
+  kind.name = "ignored";
+  kind.dtype = GPUBROKER_DTYPE_FLOAT64;
+  kind.ndim = 2;
+  kind.shape = shape;
+  const gpubroker_alloc_options_t before = kind;
+
+  gpubroker_buffer_t* a = nullptr;
+  gpubroker_buffer_t* b = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.a", &kind, &a), GPUBROKER_OK)
+      << gpubroker_last_error();
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.b", &kind, &b), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(std::memcmp(&kind, &before, sizeof(kind)), 0) << "the options are only read";
+  for (auto [buffer, name] : {std::pair{a, "c.named.a"}, std::pair{b, "c.named.b"}}) {
+    gpubroker_buffer_facts_t f;
+    f.struct_size = sizeof(f);
+    ASSERT_EQ(gpubroker_buffer_get_facts(buffer, &f), GPUBROKER_OK);
+    EXPECT_STREQ(f.name, name);
+    EXPECT_EQ(f.dtype, GPUBROKER_DTYPE_FLOAT64);
+    ASSERT_EQ(f.ndim, 2u);
+    EXPECT_EQ(f.shape[0], 16);
+  }
+  const auto listed = client.List();
+  ASSERT_EQ(listed.size(), 2u);
+  for (const auto& j : listed) {
+    EXPECT_NE(j["name"], "ignored");
+    EXPECT_EQ(j["tensor"]["dtype"], "float64") << j.dump();
+  }
+
+  gpubroker_buffer_t* c = nullptr;
+  EXPECT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.a", &kind, &c),
+            GPUBROKER_ALREADY_EXISTS);
+  EXPECT_EQ(c, nullptr);
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 64, nullptr, nullptr, &c), GPUBROKER_OK);
+  EXPECT_STREQ(gpubroker_buffer_name(c), "") << "no name: unnamed";
+  gpubroker_buffer_release(c);
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 64, "c.named.c", nullptr, &c), GPUBROKER_OK);
+  EXPECT_STREQ(gpubroker_buffer_name(c), "c.named.c");
+  gpubroker_buffer_release(c);
+  kind.struct_size = 4;
+  EXPECT_EQ(gpubroker_allocate_named(client.get(), 64, "c.named.d", &kind, &c),
+            GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(gpubroker_last_error(), "struct_size"), nullptr) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_allocate_named(nullptr, 64, "c.named.d", nullptr, &c),
+            GPUBROKER_INVALID_ARGUMENT);
+  gpubroker_buffer_release(a);
+  gpubroker_buffer_release(b);
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
+TEST(CAbi, DlpackExportOnAStreamIsTheExportAndRefusesWhatItRefuses) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.dlpack.on", GPUBROKER_DTYPE_FLOAT32, {4, 8});
+  ASSERT_NE(b, nullptr);
+  // Unsealed (nothing to wait for) and sealed alike; host memory waits for nothing.
+  for (int sealed = 0; sealed < 2; ++sealed) {
+    if (sealed) {
+      ASSERT_EQ(gpubroker_buffer_seal(b), GPUBROKER_OK);
+    }
+    void* out = nullptr;
+    ASSERT_EQ(gpubroker_buffer_to_dlpack_on(b, GPUBROKER_DLPACK_VERSIONED, nullptr, &out),
+              GPUBROKER_OK)
+        << gpubroker_last_error();
+    auto* v = static_cast<dl::ManagedTensorVersioned*>(out);
+    EXPECT_EQ(v->version.major, 1u);
+    EXPECT_EQ(v->dl_tensor.data, gpubroker_buffer_data(b));
+    EXPECT_EQ(v->dl_tensor.device.device_type, dl::kCPU);
+    ASSERT_EQ(v->dl_tensor.ndim, 2);
+    EXPECT_EQ(v->dl_tensor.shape[1], 8);
+    EXPECT_EQ(v->dl_tensor.strides[0], 8);
+    v->deleter(v);
+  }
+  void* legacy = nullptr;
+  ASSERT_EQ(gpubroker_buffer_to_dlpack_on(b, 0, nullptr, &legacy), GPUBROKER_OK);
+  // The export holds the buffer past its handle, as gpubroker_buffer_to_dlpack's does.
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_EQ(client.List().size(), 1u);
+  auto* m = static_cast<dl::ManagedTensor*>(legacy);
+  static_cast<float*>(m->dl_tensor.data)[31] = 1.5f;  // still mapped
+  m->deleter(m);
+  EXPECT_TRUE(client.List().empty());
+
+  gpubroker_buffer_t* raw = nullptr;
+  ASSERT_EQ(gpubroker_allocate(client.get(), 64, nullptr, &raw), GPUBROKER_OK);
+  void* out = &legacy;
+  EXPECT_EQ(gpubroker_buffer_to_dlpack_on(raw, 1u << 7, nullptr, &out), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(gpubroker_buffer_to_dlpack_on(raw, GPUBROKER_DLPACK_READ_ONLY, nullptr, &out),
+            GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(out, &legacy) << "nothing is exported on failure";
+  EXPECT_EQ(gpubroker_buffer_to_dlpack_on(raw, 0, nullptr, nullptr), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(gpubroker_buffer_to_dlpack_on(nullptr, 0, nullptr, &out), GPUBROKER_INVALID_ARGUMENT);
+  gpubroker_buffer_release(raw);
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
 // The child checks what it can and cannot do and exits with the number of
 // failed checks; the parent then checks that its session is untouched.
 int ChildAfterFork(gpubroker_client_t* parents, gpubroker_buffer_t* parents_buffer,
@@ -207,6 +400,15 @@ int ChildAfterFork(gpubroker_client_t* parents, gpubroker_buffer_t* parents_buff
   gpubroker_view_t* view = nullptr;
   expect(gpubroker_buffer_view(parents_buffer, &view) == GPUBROKER_FAILED_PRECONDITION,
          "view refused");
+  void* exported = nullptr;
+  expect(gpubroker_buffer_to_dlpack_on(parents_buffer, 0, nullptr, &exported) ==
+             GPUBROKER_FAILED_PRECONDITION,
+         "export on a stream refused");
+  gpubroker_buffer_facts_t facts;
+  facts.struct_size = sizeof(facts);
+  expect(gpubroker_buffer_get_facts(parents_buffer, &facts) == GPUBROKER_OK &&
+             std::strcmp(facts.name, "c.fork") == 0,
+         "facts readable (they make no call)");
   // Releasing and disconnecting here must leave the parent's session alone.
   gpubroker_buffer_release(parents_buffer);
   gpubroker_disconnect(parents);

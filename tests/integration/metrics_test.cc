@@ -3,9 +3,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -89,6 +91,47 @@ TEST(Metrics, TheDashboardAndTheAlertsNameOnlyWhatTheDaemonExports) {
                   SourceDir() + "/deploy/prometheus/gpubroker-rules.yml", "--promtool", promtool},
                  Scrape(daemon));
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Metrics, TheMonitoringDocDescribesEveryFamilyAndEveryAlert) {
+  Daemon daemon({"--default-quota", "64MiB"});
+  ASSERT_TRUE(daemon.ok());
+  Load(daemon);
+  Helper holder(daemon.socket_dir());  // a buffer on the books: every family has samples
+  holder.Ok("alloc k 4096 name=doc.kept");
+  const std::string exposition = Scrape(daemon);
+  const std::string checker = SourceDir() + "/tests/prometheus/check_docs.py";
+  const std::string rules = SourceDir() + "/deploy/prometheus/gpubroker-rules.yml";
+  const std::string doc = SourceDir() + "/docs/monitoring.md";
+  const CommandResult r = RunCommand({"/usr/bin/python3", checker, "--doc", doc, "--rules", rules,
+                                      "--readme", SourceDir() + "/README.md"},
+                                     exposition);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  // The check finds a family without a row, a wrong label and a stray alert.
+  std::ifstream in(doc);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto cut = [&](const std::string& from, const std::string& to) {
+    const auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+  };
+  cut("| `gpubroker_opens_total` |", "| `gpubroker_opens` |");
+  cut("| `gpubroker_buffers` | gauge | `device`, `tenant` |", "| `gpubroker_buffers` | gauge | |");
+  cut("### GpubrokerRestarting\n", "### GpubrokerRestartLoop\n");
+  const std::string doctored = ::testing::TempDir() + "monitoring-doctored.md";
+  std::ofstream(doctored) << text;
+  const CommandResult bad =
+      RunCommand({"/usr/bin/python3", checker, "--doc", doctored, "--rules", rules}, exposition);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  for (const char* finding : {"gpubroker_opens_total (counter) is exported but has no row",
+                              "describes gpubroker_opens, which the daemon does not export",
+                              "gpubroker_buffers has labels ['device', 'tenant'], the doc says []",
+                              "alert GpubrokerRestarting has no '### GpubrokerRestarting' section",
+                              "'### GpubrokerRestartLoop' under '## Alerts' is no rule"}) {
+    EXPECT_NE(bad.output.find(finding), std::string::npos) << finding << "\n" << bad.output;
+  }
+  std::remove(doctored.c_str());
 }
 
 TEST(Metrics, AnUnlimitedQuotaHasNoSeriesAndUsageCountsWhatTheQuotaCounts) {

@@ -16,7 +16,7 @@
 
 #include "common/unique_fd.h"
 #include "gpubroker/v1/broker.grpc.pb.h"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"

@@ -103,7 +103,10 @@ TEST(Options, BadValuesNameTheOptionAndTheSource) {
   EXPECT_TRUE(Parse({"--metrics-address", ""}).ok());
   EXPECT_FALSE(Parse({"--log-level", "loud"}).ok());
   EXPECT_FALSE(Parse({"--hello-timeout", "0s"}).ok());
-  EXPECT_FALSE(Parse({"--config", "/nonexistent/gpubroker.yaml"}).ok());
+  const auto missing = Parse({"--config", "/nonexistent/gpubroker.yaml"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "cannot read config file /nonexistent/gpubroker.yaml: No such file or directory");
 }
 
 TEST(ConfigFile, ReadsTenantsAndQuotas) {

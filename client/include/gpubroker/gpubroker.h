@@ -168,6 +168,15 @@ GPUBROKER_C_API const char* gpubroker_client_tenant(const gpubroker_client_t* cl
 GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
                                                       const gpubroker_alloc_options_t* options,
                                                       gpubroker_buffer_t** out);
+/**
+ * @brief gpubroker_allocate with the buffer's name given beside the options
+ * (whose `name` is ignored; NULL or "": unnamed), so that a caller may prepare
+ * the options of a kind of buffer once and pass them for every buffer of it
+ * (the library only reads them). options may be NULL.
+ */
+GPUBROKER_C_API gpubroker_status_t
+gpubroker_allocate_named(gpubroker_client_t* client, uint64_t size, const char* name,
+                         const gpubroker_alloc_options_t* options, gpubroker_buffer_t** out);
 /** @brief Opens a buffer by name, or by id when name_or_id is all digits. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_open(gpubroker_client_t* client,
                                                   const char* name_or_id,
@@ -269,6 +278,60 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffe
 /** @brief JSON of the buffer's description; free with gpubroker_string_free. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* buffer,
                                                               char** out);
+
+/** @brief Bits of gpubroker_buffer_facts_t.flags. */
+enum gpubroker_buffer_flags {
+  GPUBROKER_BUFFER_OWNER = 1u << 0,  /**< the handle came from gpubroker_allocate */
+  GPUBROKER_BUFFER_SEALED = 1u << 1, /**< sealed, as the handle last saw it */
+  GPUBROKER_BUFFER_TENSOR = 1u << 2  /**< the producer declared a tensor descriptor */
+};
+
+/**
+ * @brief What a handle knows of its buffer, all in one call: what the getters
+ * above return one at a time. For bindings, to which each call costs (a
+ * ctypes call costs more than the work of most getters).
+ *
+ * Pointers stay valid as long as the handle. Set struct_size (to
+ * sizeof(gpubroker_buffer_facts_t)) before the call: the library writes the
+ * fields that fit in it, so a caller built against this header keeps
+ * working when later versions append fields.
+ */
+typedef struct gpubroker_buffer_facts {
+  uint32_t struct_size;
+  uint32_t flags; /**< gpubroker_buffer_flags */
+  uint64_t id;
+  uint64_t size;          /**< bytes asked for at allocation */
+  void* data;             /**< gpubroker_buffer_data */
+  const char* name;       /**< "" when unnamed */
+  const char* device;     /**< UUID of the buffer's device */
+  int32_t device_ordinal; /**< gpubroker_buffer_device_ordinal: -1 for host memory */
+  int32_t dtype;          /**< gpubroker_dtype_t; UNSPECIFIED without a descriptor */
+  uint32_t ndim;          /**< 0 without a descriptor */
+  uint32_t reserved;      /**< 0 */
+  uint64_t byte_offset;
+  const int64_t* shape;   /**< ndim extents, or NULL */
+  const int64_t* strides; /**< ndim strides in elements (filled in C-contiguous), or NULL */
+} gpubroker_buffer_facts_t;
+
+/**
+ * @brief Fills `facts` (its struct_size set by the caller) from the handle.
+ * Makes no call to the daemon.
+ * @return GPUBROKER_INVALID_ARGUMENT when struct_size is smaller than this
+ *         header's first version of the struct (everything up to `strides`).
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_get_facts(const gpubroker_buffer_t* buffer,
+                                                              gpubroker_buffer_facts_t* facts);
+
+/**
+ * @brief gpubroker_buffer_wait_ready on `stream`, then gpubroker_buffer_to_dlpack,
+ * in one call: the export a DLPack consumer asks for with its stream. The
+ * stream waits only for a sealed buffer's writes (an unsealed one has none
+ * recorded yet) and only on a GPU; flags as for gpubroker_buffer_to_dlpack.
+ * On failure nothing is exported.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_to_dlpack_on(gpubroker_buffer_t* buffer,
+                                                                 uint32_t flags, void* stream,
+                                                                 void** out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import ctypes
-import threading
-from ctypes import byref, c_int32, c_int64, c_uint32, c_uint64, c_void_p
+from _thread import RLock
+from ctypes import byref, c_void_p
 from typing import Any, Dict, Optional, Tuple
 
-from . import _dtypes, _fork, _interop
+from . import _dtypes, _fork, _interop, _lib
 from ._errors import ForkError, Released
 
-_NOT_FOUND = 5
 _KDL_CPU, _KDL_CUDA = 1, 2
+_LEGACY_DEFAULT_STREAM = 0  # cudaStream_t 0
 
 
 class _Hold:
@@ -46,36 +45,30 @@ class _CudaHold(_Hold):
 
 
 class _Facts:
-    """What a handle says about its buffer, read in one go."""
+    """What a handle says about its buffer, read in one call and kept: the
+    attributes stay readable after release()."""
 
     __slots__ = ("id", "nbytes", "name", "device", "is_owner", "base", "dt", "dtype", "shape",
                  "strides", "byte_offset")  # fmt: skip
 
     def __init__(self, lib: Any, handle: int):
-        self.id: int = lib.buffer_id(handle)
-        self.nbytes: int = lib.buffer_size(handle)
-        self.name: str = lib.buffer_name(handle).decode()
-        self.device: str = lib.buffer_device(handle).decode()
-        self.is_owner = bool(lib.buffer_is_owner(handle))
-        self.base: int = lib.buffer_data(handle) or 0
-        dtype, ndim = c_int32(), c_uint32()
-        shape, strides = ctypes.POINTER(c_int64)(), ctypes.POINTER(c_int64)()
-        offset = c_uint64()
-        rc = lib.buffer_tensor(handle, byref(dtype), byref(ndim), byref(shape), byref(strides),
-                               byref(offset))  # fmt: skip
-        if rc == _NOT_FOUND:
-            self.dt: Optional[_dtypes.DType] = None
-            self.dtype: Optional[str] = None
-            self.shape: Optional[Tuple[int, ...]] = None
-            self.strides: Optional[Tuple[int, ...]] = None
-            self.byte_offset = 0
+        f = _lib.BufferFacts(_lib.FACTS_SIZE)
+        rc = lib.buffer_get_facts(handle, f)
+        if rc:
+            raise lib.error(rc)
+        (_, flags, self.id, self.nbytes, base, _, _, _, dtype, ndim, _, self.byte_offset, _,
+         _) = _lib.FACTS_LAYOUT.unpack_from(f)  # fmt: skip
+        self.base: int = base or 0
+        self.name: str = f.name.decode()
+        self.device: str = f.device.decode()
+        self.is_owner = bool(flags & _lib.FACT_OWNER)
+        if flags & _lib.FACT_TENSOR:
+            self.dt: Optional[_dtypes.DType] = _dtypes.BY_CODE.get(dtype)
+            self.dtype: Optional[str] = self.dt.name if self.dt else None
+            self.shape: Optional[Tuple[int, ...]] = tuple(f.shape[:ndim])
+            self.strides: Optional[Tuple[int, ...]] = tuple(f.strides[:ndim])
         else:
-            n = ndim.value
-            self.dt = _dtypes.BY_CODE.get(dtype.value)
-            self.dtype = self.dt.name if self.dt else None
-            self.shape = tuple(shape[:n])
-            self.strides = tuple(strides[:n])
-            self.byte_offset = offset.value
+            self.dt = self.dtype = self.shape = self.strides = None
 
 
 class Buffer:
@@ -101,7 +94,7 @@ class Buffer:
     def __init__(self, lib: Any, handle: int):
         self._lib = lib
         self._h: Optional[int] = handle
-        self._lock = threading.RLock()  # properties read facts under it too
+        self._lock = RLock()  # properties read facts under it too
         self._pin: Optional[int] = None  # a view held for the Buffer's own interfaces
         self._generation = _fork.generation
         self.device_id: int = lib.buffer_device_ordinal(handle)
@@ -164,14 +157,14 @@ class Buffer:
 
     def info(self) -> "BufferInfo":
         """The daemon's description of the buffer (tenant, leases, keep, backing...)."""
-        from ._client import BufferInfo, check
+        import json
+
+        from ._client import BufferInfo
 
         with self._lock:
             h = self._usable()
             out = c_void_p()
-            check(self._lib, self._lib.buffer_info_json(h, byref(out)))
-            import json
-
+            self._lib.check(self._lib.buffer_info_json(h, byref(out)))
             return BufferInfo.from_json(json.loads(self._lib.take_string(out)))
 
     # Ordering -----------------------------------------------------------------
@@ -184,35 +177,37 @@ class Buffer:
         so the producer need not synchronize: a reader's stream waits for the
         work queued on `stream` before the seal.
         """
-        from ._client import check
-
-        s = _interop.stream_handle(stream)
+        s = stream if stream is None or type(stream) is int else _interop.stream_handle(stream)
         with self._lock:
-            check(self._lib, self._lib.buffer_seal_on(self._usable(), s))
+            rc = self._lib.buffer_seal_on(self._usable(), s)
+        if rc:
+            raise self._lib.error(rc)
 
     def wait_ready(self, stream: Any = None) -> None:
         """Makes `stream` (any framework's stream or a raw handle; None: the
         legacy default stream) wait for the producer's sealed writes. Exports
         through DLPack do this on the consumer's stream by themselves."""
-        from ._client import check
-
-        s = _interop.stream_handle(stream)
+        s = stream if stream is None or type(stream) is int else _interop.stream_handle(stream)
         with self._lock:
-            check(self._lib, self._lib.buffer_wait_ready(self._usable(), s))
+            rc = self._lib.buffer_wait_ready(self._usable(), s)
+        if rc:
+            raise self._lib.error(rc)
 
     # Life ---------------------------------------------------------------------
 
     def release(self) -> None:
         """Drops this handle's lease (and, for an owner's unkept buffer, frees
         it) now, or once the arrays made from it are gone. Idempotent."""
-        from ._client import check
-
         with self._lock:
-            if self._h is not None:
-                self._read_facts()  # the attributes stay readable
-            h, self._h = self._h, None
-            if h is not None:
-                check(self._lib, self._lib.buffer_release(h))
+            h = self._h
+            if h is None:
+                return
+            if self._facts is None:
+                self._facts = _Facts(self._lib, h)  # the attributes stay readable
+            self._h = None
+            rc = self._lib.buffer_release(h)
+        if rc:
+            raise self._lib.error(rc)
 
     def __enter__(self) -> "Buffer":
         return self
@@ -247,10 +242,8 @@ class Buffer:
         return self._h
 
     def _new_view(self) -> int:
-        from ._client import check
-
         out = c_void_p()
-        check(self._lib, self._lib.buffer_view(self._usable(), byref(out)))
+        self._lib.check(self._lib.buffer_view(self._usable(), byref(out)))
         return out.value
 
     # DLPack -------------------------------------------------------------------
@@ -273,8 +266,6 @@ class Buffer:
         None or 1 the legacy default stream, 2 the per-thread one, -1 none):
         it is made to wait for the producer's sealed writes.
         """
-        from ._client import check
-
         if copy:
             raise BufferError("gpubroker shares buffers in place; copy=True is not offered: "
                               "copy in the consuming framework")  # fmt: skip
@@ -283,13 +274,18 @@ class Buffer:
                 f"buffer is on DLPack device {self.__dlpack_device__()}, not {tuple(dl_device)}"
             )
         versioned = max_version is not None and max_version[0] >= 1
+        flags = _lib.DLPACK_VERSIONED if versioned else 0
+        lib = self._lib
         out = c_void_p()
         with self._lock:
             h = self._usable()
-            if self.device_id >= 0 and stream != -1 and self._lib.buffer_is_sealed(h):
-                check(self._lib, self._lib.buffer_wait_ready(h, _interop.stream_handle(stream)))
-            check(self._lib,
-                  self._lib.buffer_to_dlpack(h, _interop.dlpack_flags(versioned), byref(out)))  # fmt: skip
+            if self.device_id < 0 or stream == -1:
+                rc = lib.buffer_to_dlpack(h, flags, byref(out))
+            else:  # the consumer's stream waits for the sealed writes, in the same call
+                s = stream if type(stream) is int else _interop.stream_handle(stream)
+                rc = lib.buffer_to_dlpack_on(h, flags, s, byref(out))
+        if rc:
+            raise lib.error(rc)
         return _interop.capsule(out.value, versioned)
 
     # Array interfaces ---------------------------------------------------------
@@ -314,12 +310,10 @@ class Buffer:
     def _ready_stream(self, h: int) -> Optional[int]:
         """For the CUDA Array Interface: the library's stream that waits for
         the sealed writes, or None (unsealed: nothing to wait for)."""
-        from ._client import check
-
         if not self._lib.buffer_is_sealed(h):
             return None
         out = c_void_p()
-        check(self._lib, self._lib.buffer_ready_stream(h, byref(out)))
+        self._lib.check(self._lib.buffer_ready_stream(h, byref(out)))
         return out.value
 
     def _pinned_interface(self, cuda: bool) -> Dict[str, Any]:

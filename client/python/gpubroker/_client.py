@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from ctypes import byref, c_char_p, c_int64, c_void_p
 from dataclasses import dataclass, field
@@ -11,19 +12,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _dtypes, _fork, _lib
 from ._buffer import Buffer
-from ._errors import Closed, ForkError, InvalidArgument, from_status
+from ._errors import Closed, ForkError, InvalidArgument
 
 
 def check(lib: Any, rc: int) -> None:
     """Raises the Error of a failed C ABI call (read on the thread that failed)."""
     if rc:
-        raise _error(lib, rc)
-
-
-def _error(lib: Any, rc: int) -> Exception:
-    message = lib.last_error().decode(errors="replace")
-    reason = lib.last_error_reason() if lib.last_error_reason is not None else 0
-    return from_status(rc, message, reason)
+        raise lib.error(rc)
 
 
 @dataclass(frozen=True)
@@ -133,15 +128,79 @@ def _ms(value: Union[None, float, timedelta], what: str) -> int:
     return int(round(seconds * 1000))
 
 
+# Prepared options by tensor layout (shape, dtype, strides, byte_offset): a
+# program allocates the same few layouts over and over, and the library only
+# reads them. Bounded: cleared when full (a call in flight holds its own).
+_TENSOR_OPTIONS: Dict[Any, Tuple[int, Any]] = {}
+_CACHE_MAX = 256
+
+
+def _tensor_options(lib: Any, shape: Any, dtype: Any, strides: Any, byte_offset: int,
+                    nbytes: Optional[int]) -> Tuple[int, Any]:  # fmt: skip
+    """(bytes the tensor spans, options that describe it)."""
+    key = None
+    if shape is not None:
+        try:
+            key = (shape if type(shape) is tuple else tuple(shape), dtype,
+                   strides if strides is None or type(strides) is tuple else tuple(strides),
+                   byte_offset)  # fmt: skip
+            found = _TENSOR_OPTIONS.get(key)
+        except TypeError:  # unhashable: worked out below, not kept
+            key = found = None
+        if found is not None:
+            return found
+    dt = _dtypes.resolve(dtype if dtype is not None else "uint8")
+    if shape is None:
+        if nbytes is None:
+            raise InvalidArgument("give nbytes or shape")
+        shape = (nbytes // dt.itemsize,)
+    shape = tuple(map(int, shape))
+    if strides is not None:
+        strides = tuple(map(int, strides))
+        if len(strides) != len(shape):
+            raise InvalidArgument(f"{len(shape)} dimensions but {len(strides)} strides")
+    n = len(shape)
+    o = _lib.AllocOptions.from_buffer_copy(lib.alloc_defaults)
+    o.dtype = dt.code
+    o.ndim = n
+    o.shape = (c_int64 * n)(*shape)  # kept alive by `o`
+    if strides is not None:
+        o.strides = (c_int64 * n)(*strides)
+    o.byte_offset = byte_offset
+    # An empty tensor still needs a buffer.
+    found = (max(byte_offset + _extent(shape, strides) * dt.itemsize, 1), o)
+    if key is not None:
+        if len(_TENSOR_OPTIONS) >= _CACHE_MAX:
+            _TENSOR_OPTIONS.clear()
+        _TENSOR_OPTIONS[key] = found
+    return found
+
+
+_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool], Any] = {}
+
+
+def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unsealed: bool) -> Any:
+    """The open options for these values, made once: the C call only reads them."""
+    key = (wait, timeout_ms, allow_unsealed)
+    o = _OPEN_OPTIONS.get(key)
+    if o is None:
+        o = _lib.OpenOptions.from_buffer_copy(lib.open_defaults)
+        o.wait = 1 if wait else 0
+        if timeout_ms is not None:
+            o.timeout_ms = timeout_ms
+        o.allow_unsealed = 1 if allow_unsealed else 0
+        if len(_OPEN_OPTIONS) >= _CACHE_MAX:
+            _OPEN_OPTIONS.clear()
+        _OPEN_OPTIONS[key] = o
+    return o
+
+
 def _extent(shape: Sequence[int], strides: Optional[Sequence[int]]) -> int:
     """Elements that a tensor of this layout spans."""
     if any(d == 0 for d in shape):
         return 0
     if strides is None:
-        n = 1
-        for d in shape:
-            n *= d
-        return n
+        return math.prod(shape)
     return 1 + sum((d - 1) * s for d, s in zip(shape, strides))
 
 
@@ -242,56 +301,37 @@ class Client:
         LimitExceeded (all ResourceExhausted), Unavailable.
         """
         lib = self._lib
-        o = _lib.AllocOptions()
-        lib.alloc_options_init(byref(o))
-        keepalive: List[Any] = []
-        if shape is not None or dtype is not None:
-            dt = _dtypes.resolve(dtype if dtype is not None else "uint8")
-            if shape is None:
-                if nbytes is None:
-                    raise InvalidArgument("give nbytes or shape")
-                shape = (nbytes // dt.itemsize,)
-            shape = tuple(int(d) for d in shape)
-            if strides is not None:
-                strides = tuple(int(s) for s in strides)
-                if len(strides) != len(shape):
-                    raise InvalidArgument(f"{len(shape)} dimensions but {len(strides)} strides")
-            needed = byte_offset + _extent(shape, strides) * dt.itemsize
+        if shape is None and dtype is None:
+            if strides is not None or byte_offset:
+                raise InvalidArgument("strides and byte_offset describe a tensor: give shape and "
+                                      "dtype")  # fmt: skip
             if nbytes is None:
-                nbytes = max(needed, 1)  # an empty tensor still needs a buffer
-            o.dtype = dt.code
-            o.ndim = len(shape)
-            sh = (c_int64 * len(shape))(*shape)
-            o.shape = sh
-            keepalive.append(sh)
-            if strides is not None:
-                st = (c_int64 * len(strides))(*strides)
-                o.strides = st
-                keepalive.append(st)
-            o.byte_offset = byte_offset
-        elif strides is not None or byte_offset:
-            raise InvalidArgument("strides and byte_offset describe a tensor: give shape and dtype")
-        if nbytes is None:
-            raise InvalidArgument("give nbytes or shape")
-        if name:
-            o.name = name.encode()
-        if device is not None:
-            o.device = str(device).encode()
-        o.keep = 1 if keep else 0
-        o.ttl_ms = _ms(ttl, "ttl")
-        tenants = [t.encode() for t in share_with]
-        if tenants:
-            arr = (c_char_p * len(tenants))(*tenants)
-            o.share_with = arr
-            o.n_share_with = len(tenants)
-            keepalive.append(arr)
+                raise InvalidArgument("give nbytes or shape")
+            o = None  # NULL: the defaults
+        else:
+            needed, o = _tensor_options(lib, shape, dtype, strides, byte_offset, nbytes)
+            if nbytes is None:
+                nbytes = needed
+        if device is not None or keep or ttl or share_with:
+            # Options of this call alone (the prepared ones are shared).
+            o = _lib.AllocOptions.from_buffer_copy(o if o is not None else lib.alloc_defaults)
+            if device is not None:
+                o.device = str(device).encode()
+            o.keep = 1 if keep else 0
+            o.ttl_ms = _ms(ttl, "ttl")
+            tenants = [t.encode() for t in share_with]
+            if tenants:
+                o.share_with = (c_char_p * len(tenants))(*tenants)
+                o.n_share_with = len(tenants)
         out = c_void_p()
         h = self._enter()
         try:
-            rc = lib.allocate(h, int(nbytes), byref(o), byref(out))
+            # The name beside the options: prepared options serve every call.
+            rc = lib.allocate_named(h, int(nbytes), name.encode() if name else None, o, byref(out))
         finally:
             self._leave()
-        check(lib, rc)
+        if rc:
+            raise lib.error(rc)
         return Buffer(lib, out.value)
 
     def open(
@@ -310,22 +350,21 @@ class Client:
         wait), Timeout.
         """
         lib = self._lib
-        o = _lib.OpenOptions()
-        lib.open_options_init(byref(o))
-        o.wait = 1 if wait else 0
-        if timeout is not None:
-            o.timeout_ms = _ms(timeout, "timeout")
-        o.allow_unsealed = 1 if allow_unsealed else 0
+        o = None  # NULL: the defaults (no wait)
+        if wait or timeout is not None or allow_unsealed:
+            o = _open_options(lib, bool(wait), None if timeout is None else _ms(timeout, "timeout"),
+                              bool(allow_unsealed))  # fmt: skip
         out = c_void_p()
         h = self._enter()
         try:
             if isinstance(name_or_id, int):
-                rc = lib.open_id(h, name_or_id, byref(o), byref(out))
+                rc = lib.open_id(h, name_or_id, o, byref(out))
             else:
-                rc = lib.open(h, name_or_id.encode(), byref(o), byref(out))
+                rc = lib.open(h, name_or_id.encode(), o, byref(out))
         finally:
             self._leave()
-        check(lib, rc)
+        if rc:
+            raise lib.error(rc)
         return Buffer(lib, out.value)
 
     def share(

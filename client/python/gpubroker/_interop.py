@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Dict
 
 from . import _lib
 
@@ -54,27 +54,35 @@ _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _DELETER_AT = {_LEGACY: 56, _VERSIONED: 16}
 
 
+_deleters: Dict[int, Any] = {}  # the library's deleters (two), made callable once
+
+
 def _destroy(capsule: int, name: bytes) -> None:
     # A consumer renames the capsule ("used_dltensor") when it takes the
     # tensor over; one that was never consumed still owns it.
     if _api.PyCapsule_IsValid(capsule, name):
         managed = _api.PyCapsule_GetPointer(capsule, name)
-        deleter = ctypes.c_void_p.from_address(managed + _DELETER_AT[name]).value
-        if deleter:
-            _Deleter(deleter)(managed)
+        address = ctypes.c_void_p.from_address(managed + _DELETER_AT[name]).value
+        if address:
+            deleter = _deleters.get(address)
+            if deleter is None:
+                deleter = _deleters[address] = _Deleter(address)
+            deleter(managed)
 
 
 _destroy_legacy = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(lambda c: _destroy(c, _LEGACY))
 _destroy_versioned = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(lambda c: _destroy(c, _VERSIONED))
+# Their addresses, for PyCapsule_New (the callbacks above keep them alive).
+_DESTROY_LEGACY = ctypes.cast(_destroy_legacy, ctypes.c_void_p).value
+_DESTROY_VERSIONED = ctypes.cast(_destroy_versioned, ctypes.c_void_p).value
+_capsule_new = _api.PyCapsule_New
 
 
 def capsule(managed: int, versioned: bool) -> Any:
     """A DLPack capsule owning the managed tensor at `managed`."""
     if versioned:
-        return _api.PyCapsule_New(
-            managed, _VERSIONED, ctypes.cast(_destroy_versioned, ctypes.c_void_p)
-        )
-    return _api.PyCapsule_New(managed, _LEGACY, ctypes.cast(_destroy_legacy, ctypes.c_void_p))
+        return _capsule_new(managed, _VERSIONED, _DESTROY_VERSIONED)
+    return _capsule_new(managed, _LEGACY, _DESTROY_LEGACY)
 
 
 def dlpack_flags(versioned: bool) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import threading
 from ctypes import (
     POINTER,
@@ -19,7 +20,7 @@ from ctypes import (
 from pathlib import Path
 from typing import List, Optional
 
-from ._errors import LibraryNotFound
+from ._errors import LibraryNotFound, from_status
 
 SONAME = "libgpubroker.so.0"
 
@@ -30,6 +31,9 @@ _REQUIRED = (
     "gpubroker_buffer_device_ordinal",
     "gpubroker_buffer_ready_stream",
     "gpubroker_client_check",
+    "gpubroker_buffer_get_facts",
+    "gpubroker_buffer_to_dlpack_on",
+    "gpubroker_allocate_named",
 )
 
 
@@ -62,6 +66,35 @@ class OpenOptions(Structure):
         ("allow_unsealed", c_int),
     ]
 
+
+class BufferFacts(Structure):
+    """gpubroker_buffer_facts_t: what a handle knows, filled in one call."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("flags", c_uint32),
+        ("id", c_uint64),
+        ("size", c_uint64),
+        ("data", c_void_p),
+        ("name", c_char_p),
+        ("device", c_char_p),
+        ("device_ordinal", c_int32),
+        ("dtype", c_int32),
+        ("ndim", c_uint32),
+        ("reserved", c_uint32),
+        ("byte_offset", c_uint64),
+        ("shape", POINTER(c_int64)),
+        ("strides", POINTER(c_int64)),
+    ]
+
+
+FACTS_SIZE = ctypes.sizeof(BufferFacts)
+# The struct's scalars in one unpack (the pointers come out as integers):
+# struct_size, flags, id, size, data, name, device, device_ordinal, dtype,
+# ndim, reserved, byte_offset, shape, strides.
+FACTS_LAYOUT = struct.Struct("@IIQQPPPiiIIQPP")
+assert FACTS_LAYOUT.size == FACTS_SIZE, "BufferFacts does not match its struct layout"
+FACT_OWNER, FACT_SEALED, FACT_TENSOR = 1, 2, 4
 
 DLPACK_VERSIONED = 1
 DLPACK_READ_ONLY = 2
@@ -119,6 +152,8 @@ class Library:
         proto(c, "gpubroker_connect", c_int, c_char_p, pp)
         proto(c, "gpubroker_disconnect", None, c_void_p)
         proto(c, "gpubroker_allocate", c_int, c_void_p, c_uint64, POINTER(AllocOptions), pp)
+        proto(c, "gpubroker_allocate_named", c_int, c_void_p, c_uint64, c_char_p,
+              POINTER(AllocOptions), pp)  # fmt: skip
         proto(c, "gpubroker_open", c_int, c_void_p, c_char_p, POINTER(OpenOptions), pp)
         proto(c, "gpubroker_open_id", c_int, c_void_p, c_uint64, POINTER(OpenOptions), pp)
         proto(c, "gpubroker_free", c_int, c_void_p, c_char_p)
@@ -130,6 +165,7 @@ class Library:
         proto(c, "gpubroker_buffer_release", c_int, c_void_p)
         proto(c, "gpubroker_view_release", None, c_void_p)
         proto(c, "gpubroker_buffer_info_json", c_int, c_void_p, POINTER(c_void_p))
+        proto(c, "gpubroker_buffer_to_dlpack_on", c_int, c_void_p, c_uint32, c_void_p, pp)
         # Getters and bookkeeping that return at once (the GIL is kept).
         proto(py, "gpubroker_last_error", c_char_p)
         proto(py, "gpubroker_version", c_char_p)
@@ -160,12 +196,29 @@ class Library:
         )
         proto(py, "gpubroker_buffer_view", c_int, c_void_p, pp)
         proto(py, "gpubroker_buffer_to_dlpack", c_int, c_void_p, c_uint32, pp)
+        proto(py, "gpubroker_buffer_get_facts", c_int, c_void_p, POINTER(BufferFacts))
+        # The options' defaults, copied per call instead of asking again.
+        self.alloc_defaults = AllocOptions()
+        self.alloc_options_init(ctypes.byref(self.alloc_defaults))
+        self.open_defaults = OpenOptions()
+        self.open_options_init(ctypes.byref(self.open_defaults))
         # The typed refusal reasons (RESOURCE_EXHAUSTED's quota, memory, limit)
         # came later: without them every refusal is a plain ResourceExhausted.
         if hasattr(py, "gpubroker_last_error_reason"):
             proto(py, "gpubroker_last_error_reason", c_int)
         else:
             self.last_error_reason = None
+
+    def error(self, rc: int) -> Exception:
+        """The Error of a call that returned `rc` (read on the thread that failed)."""
+        message = self.last_error().decode(errors="replace")
+        reason = self.last_error_reason() if self.last_error_reason is not None else 0
+        return from_status(rc, message, reason)
+
+    def check(self, rc: int) -> None:
+        """Raises the Error of a failed call; hot paths test ``if rc:`` first."""
+        if rc:
+            raise self.error(rc)
 
     def take_string(self, p: c_void_p) -> str:
         """A string the library allocated, freed once read."""

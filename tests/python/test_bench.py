@@ -1,0 +1,55 @@
+"""The Python benchmark runs here (host memory, a few iterations) and its
+breakdown accounts for the time: what the GPU run prints is the same code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "python" / "handover.py"
+
+
+def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--parts", "overhead,host", "--host-sizes", "1",
+         "--iterations", "8", "--warmup", "2", "--copy-iterations", "1", "--json-out", str(out)],
+        capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+
+    ops = {t["op"]: t for t in report["overhead_host"]}
+    assert set(ops) == {"allocate", "seal", "open", "wrap", "release"}
+    assert all(t["package_p50_us"] > 0 and t["c_abi_p50_us"] > 0 for t in ops.values())
+
+    cases = report["handover"]["host"]["sizes"]["1 MiB"]
+    expected = {"broker-cupy", "broker-wait-cupy", "pipe-ping", "copy"}
+    if importlib.util.find_spec("torch") is not None:
+        expected |= {"broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch", "tmp-queue-torch",
+                     "queue-ping"}  # fmt: skip
+    assert set(cases) == expected
+    for name, c in cases.items():
+        assert c["total"]["n"] == (1 if name == "copy" else 8), name
+        # Each iteration's steps add up to its total: nothing is left out.
+        assert abs(c["mean_of_steps_sum_us"] - c["mean_total_us"]) < 0.05, (name, c)
+        assert c["total"]["p50_us"] > 0, name
+        assert all(s["p50_us"] >= 0 or s["case"].startswith("wake-up") for s in c["steps"]), c
+    # B releases (or drops) after its answer, outside the timed window, in
+    # the broker's cases as in torch.multiprocessing's.
+    for name in ("broker-cupy", "broker-wait-cupy"):
+        steps = [s["case"] for s in cases[name]["steps"]]
+        after = [s["case"] for s in cases[name]["after"]]
+        assert not any("release" in s for s in steps), steps
+        assert "B: release (after answering)" in after, after
+        assert "B: open" in steps or any("open(wait)" in s for s in steps), steps
+    if "tmp-pipe-torch" in cases:
+        assert "B: drop the tensor (after answering)" in [s["case"] for s in
+                                                          cases["tmp-pipe-torch"]["after"]]
+    # The channel's own round trip is measured in the same run.
+    assert cases["pipe-ping"]["total"]["p50_us"] < cases["broker-cupy"]["total"]["p50_us"]
+    ratios = report["handover"]["host"]["ratios"]["1 MiB"]
+    assert "broker-cupy vs copy" in ratios
+    assert "hand-over of host memory" in run.stdout.lower()
