@@ -71,6 +71,19 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
       add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
+    families.push_back(MetricFamily{
+        "gpubroker_zeroed_bytes_total",
+        "Bytes the daemon wrote zeros over before lending them to a tenant (GPU memory new "
+        "from the driver or last another tenant's), by device.",
+        MetricType::Counter,
+        {}});
+    MetricFamily& zeroed = families.back();
+    for (const auto& d : s.devices) {
+      ClientMetric m;
+      m.label = {{"device", d.info.uuid}};
+      m.counter.value = static_cast<double>(d.usage.zeroed_bytes);
+      zeroed.metric.push_back(std::move(m));
+    }
     // An unlimited quota has no series: usage / quota then matches nothing,
     // where a 0 would make every ratio +Inf and fire every quota alert.
     auto& quota = gauge("gpubroker_tenant_quota_bytes",
