@@ -114,9 +114,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Core core;
   std::vector<SessionView> sessions;
   for (uid_t uid : {1001u, 1002u, 1003u}) {
-    auto s = core.registry->OpenSession(gpubroker::PeerCredentials{static_cast<pid_t>(uid), uid,
-                                                                   uid, {}},
-                                        "fuzz");
+    auto s = core.registry->OpenSession(
+        gpubroker::PeerCredentials{static_cast<pid_t>(uid), uid, uid, {}}, "fuzz");
     if (!s.ok()) Broken("OpenSession");
     sessions.push_back(*s);
   }
@@ -141,8 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (f.has_fd_request()) {
         const size_t who = f.fd_request().request_id() % sessions.size();
         if (f.fd_request().has_region_id()) {
-          auto grant =
-              core.registry->ExportRegionFd(sessions[who].id, f.fd_request().region_id());
+          auto grant = core.registry->ExportRegionFd(sessions[who].id, f.fd_request().region_id());
           CheckRefusal(grant.status());
         }
         continue;
@@ -190,9 +188,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             CheckRefusal(status);
             (*answers)[*parked]++;
           };
-          auto now = core.calls->OpenAsync(s, call.open(),
-                                           std::chrono::steady_clock::time_point::max(), &resp,
-                                           done, parked.get());
+          auto now =
+              core.calls->OpenAsync(s, call.open(), std::chrono::steady_clock::time_point::max(),
+                                    &resp, done, parked.get());
           if (now.has_value()) {
             CheckRefusal(*now);
           } else {
