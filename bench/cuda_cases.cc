@@ -1,38 +1,39 @@
 // The CUDA run of gpubroker-bench: the broker on GPU memory against the bare
-// CUDA mechanisms it is built from, and against torch.multiprocessing, all in
-// one run. A is this process; B is a peer process (--serve-cuda-peer).
+// CUDA mechanisms it is built from, against torch.multiprocessing and torch's
+// caching allocator, all in one run. A is this process; B is a peer process
+// (--serve-cuda-peer, cuda_peer.cc).
 //
-//   broker Allocate 64 MiB                     vs grpc echo + bare pool alloc+export
-//   broker share S (Allocate+seal in A, Open+map in B, B writes, answers), S = 64 MiB,
-//     1 GiB, 40 GiB                            vs bare pool / bare VMM hand-over, torch
-//   B's Open+map alone                         (goal: p50 <= 100 us at 64 MiB)
-//   seal + wait: A seals, B's Open(wait) returns and its stream has waited
+//   64 MiB, interleaved:  Allocate vs grpc echo + bare pool alloc+export; the
+//     hand-over and its parts; bare pool and bare VMM hand-overs; the A <-> B
+//     round trip; seal + wait
+//   each size (4 KiB, 64 MiB, 1 GiB, 40 GiB): the hand-over and its parts vs
+//     bare VMM, the floor (fence write, one round trip, a wait and a write in
+//     memory both have mapped), the copy path, torch.multiprocessing (Python)
+//     and the broker from Python over the C ABI
+//   allocation: in-process allocate+release of a small buffer, and 1/8/16
+//     processes at once, vs torch's caching allocator
+//   the fence wait and its variants (cuda_fence.cc)
 #include "bench/options.h"
 
 #ifdef GPUBROKER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdio>
-#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <mutex>
+#include <map>
+#include <optional>
 #include <random>
-#include <stdexcept>
-#include <thread>
 
 #include "bench/baselines.h"
+#include "bench/cuda_common.h"
+#include "bench/cuda_fence.h"
+#include "bench/cuda_peer.h"
 #include "bench/daemon_process.h"
 #include "bench/report.h"
-#include "common/cuda/cuda_util.h"
+#include "bench/throughput.h"
 #include "common/strings.h"
 #include "common/units.h"
-#include "common/unix_socket.h"
 #include "gpubroker/client.hpp"
 #include "nlohmann/json.hpp"
 #endif
@@ -45,7 +46,6 @@ int RunCuda(const Options&) {
   std::fprintf(stderr, "gpubroker-bench: this build has no CUDA support\n");
   return 1;
 }
-int ServeCudaPeer(const std::string&, int) { return 1; }
 
 #else
 
@@ -53,104 +53,6 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
-
-enum Op : uint32_t {
-  kImportPool = 1,  // fd: a bare exportable pool of A's
-  kBrokerOpen = 2,  // a: buffer id
-  kBarePool = 3,    // data: cudaMemPoolPtrExportData
-  kBareVmm = 4,     // fd, a: size
-  kOpenWait = 5,    // data: name
-  kRelease = 6,
-  kQuit = 7,
-  kPing = 8,  // answered at once: the bare round trip between A and B
-};
-
-struct Msg {
-  uint32_t op = 0;
-  uint32_t pad = 0;
-  uint64_t a = 0;
-  uint64_t b = 0;
-  char data[128] = {};
-};
-
-void Throw(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-void Throw(const absl::Status& s) {
-  if (!s.ok()) throw std::runtime_error(std::string(s.message()));
-}
-
-void Send(int fd, const Msg& m, int pass_fd = -1) {
-  Throw(SendAll(fd, std::string_view(reinterpret_cast<const char*>(&m), sizeof(m)), pass_fd));
-}
-
-Msg Receive(int fd, UniqueFd* got_fd = nullptr) {
-  Msg m;
-  size_t have = 0;
-  std::vector<UniqueFd> fds;
-  while (have < sizeof(m)) {
-    auto r = RecvSome(fd, reinterpret_cast<char*>(&m) + have, sizeof(m) - have, &fds);
-    if (!r.ok() || r->eof) throw std::runtime_error("bench peer is gone");
-    have += r->bytes;
-  }
-  if (got_fd != nullptr && !fds.empty()) *got_fd = std::move(fds.front());
-  return m;
-}
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-const cuda::DriverApi& Driver() {
-  auto api = cuda::DriverApi::Get();
-  Throw(api.status());
-  return **api;
-}
-
-CUmemAllocationProp VmmProp() {
-  CUmemAllocationProp p{};
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = 0;
-  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  return p;
-}
-
-// B: what the peer holds between a hand-over and its release.
-struct PeerState {
-  std::optional<Buffer> buffer;
-  void* bare = nullptr;
-  CUdeviceptr vmm = 0;
-  size_t vmm_size = 0;
-};
-
-void Release(PeerState& s) {
-  if (s.buffer) {
-    s.buffer->release();
-    s.buffer.reset();
-  }
-  if (s.bare != nullptr) {
-    cudaFree(s.bare);
-    s.bare = nullptr;
-  }
-  if (s.vmm != 0) {
-    const auto& api = Driver();
-    cudaDeviceSynchronize();
-    api.cuMemUnmap(s.vmm, s.vmm_size);
-    api.cuMemAddressFree(s.vmm, s.vmm_size);
-    s.vmm = 0;
-  }
-}
-
-// A's side of one hand-over to B, answered with B's own timing (ns) in `a`.
-Msg Ask(int fd, const Msg& m, int pass_fd = -1) {
-  Send(fd, m, pass_fd);
-  return Receive(fd);
-}
 
 void ReleasePeer(int fd) {
   Msg m;
@@ -175,22 +77,26 @@ Peer StartPeer(const std::string& socket_dir) {
   return p;
 }
 
-// torch.multiprocessing: the parent hands a fresh CUDA tensor to a child, which
-// writes into it and replies (the script prints its latencies as JSON).
-std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterations) {
-  std::string script = o.torch_script;
-  if (script.empty()) {
-    const auto here = std::filesystem::read_symlink("/proc/self/exe").parent_path();
-    for (const auto& c :
-         {here / "torch_mp_baseline.py", here.parent_path() / "torch_mp_baseline.py",
-          here.parent_path().parent_path() / "bench" / "torch_mp_baseline.py"}) {
-      if (std::filesystem::exists(c)) script = c.string();
-    }
+std::filesystem::path Here() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path();
+}
+
+// A script of bench/ beside the binary (bundle), one up, or in the source tree.
+std::string FindScript(const std::string& name) {
+  const auto here = Here();
+  for (const auto& c : {here / name, here.parent_path() / name,
+                        here.parent_path().parent_path() / "bench" / name}) {
+    if (std::filesystem::exists(c)) return c.string();
   }
+  return "";
+}
+
+// Runs a Python baseline (bounded: one that hangs must not take the run with
+// it) and parses the JSON document it prints last.
+std::optional<nlohmann::json> RunPython(const std::string& script, const std::string& args,
+                                        int timeout_s) {
   if (script.empty()) return std::nullopt;
-  // A bound on it, under the watchdog's: a baseline that hangs must not take the run with it.
-  const std::string cmd = StrCat("timeout 80 python3 ", script, " --size ", size, " --iterations ",
-                                 iterations, " --warmup ", std::max(10, o.warmup / 10), " 2>&1");
+  const std::string cmd = StrCat("timeout ", timeout_s, " python3 ", script, " ", args, " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return std::nullopt;
   std::string out;
@@ -199,173 +105,51 @@ std::optional<Samples> TorchBaseline(const Options& o, uint64_t size, int iterat
   ::pclose(p);
   const auto brace = out.rfind("\n{");
   try {
-    auto j = nlohmann::json::parse(brace == std::string::npos ? out : out.substr(brace + 1));
-    Samples s{StrCat("torch.multiprocessing hand-over ", FormatBytes(size), " (",
-                     j["torch"].get<std::string>(), ")"),
-              "", 0, j["us"].get<std::vector<double> >()};
-    return s;
+    return nlohmann::json::parse(brace == std::string::npos ? out : out.substr(brace + 1));
   } catch (const std::exception&) {
-    std::fprintf(stderr, "gpubroker-bench: torch baseline failed:\n%s\n", out.c_str());
+    std::fprintf(stderr, "gpubroker-bench: %s failed:\n%s\n", script.c_str(), out.c_str());
     return std::nullopt;
   }
 }
 
-// A stuck CUDA call or peer must not become a silent hang: the run says which
-// step made no progress for `limit` and ends, killing its children.
-class Watchdog {
- public:
-  explicit Watchdog(std::chrono::seconds limit) : limit_(limit), thread_([this] { Watch(); }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Step(std::string what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    step_ = std::move(what);
-    last_ = std::chrono::steady_clock::now();
-  }
-  void Guard(int pid) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pids_.push_back(pid);
-  }
-
- private:
-  void Watch() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!done_) {
-      cv_.wait_for(lock, std::chrono::seconds(1));
-      if (done_ || std::chrono::steady_clock::now() - last_ < limit_) continue;
-      std::fprintf(stderr, "gpubroker-bench: no progress for %llds in: %s; giving up\n",
-                   static_cast<long long>(limit_.count()), step_.c_str());
-      for (int pid : pids_) ::kill(pid, SIGKILL);
-      std::_Exit(3);
+// The C ABI for the Python baselines: the library beside this binary.
+std::string LibraryArgs(const std::string& dir) {
+  for (const char* name : {"libgpubroker.so", "libgpubroker.so.0"}) {
+    const auto lib = Here().parent_path() / "lib" / name;
+    if (std::filesystem::exists(lib)) {
+      return StrCat(" --gpubroker-lib ", lib.string(), " --socket-dir ", dir);
     }
   }
+  return "";
+}
 
-  const std::chrono::seconds limit_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::string step_ = "start";
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-  std::vector<int> pids_;
-  std::thread thread_;  // last: starts once the rest is initialized
-};
+std::vector<double> Doubles(const nlohmann::json& j) {
+  return j.is_array() ? j.get<std::vector<double> >() : std::vector<double>{};
+}
 
 // What a finished section measured, on stderr, so that a run cut short keeps it.
-void PrintSection(const std::deque<Samples>& results) {
-  for (const auto& s : results) {
+void PrintSection(const std::deque<Samples>& results, size_t from) {
+  for (size_t i = from; i < results.size(); ++i) {
+    const Samples& s = results[i];
     if (s.us.empty()) continue;
-    std::fprintf(stderr, "  %-62s p50 %10.1f us  p99 %10.1f us  n %zu\n", s.name.c_str(), s.p50(),
+    std::fprintf(stderr, "  %-70s p50 %10.1f us  p99 %10.1f us  n %zu\n", s.name.c_str(), s.p50(),
                  s.p99(), s.us.size());
   }
 }
 
+// A hand-over's rows: the total and its parts.
+struct HandOverRows {
+  Samples* total = nullptr;
+  Samples* open = nullptr;
+  Samples* allocate = nullptr;
+  Samples* seal = nullptr;
+  Samples* write = nullptr;
+};
+
 }  // namespace
 
-int ServeCudaPeer(const std::string& socket_dir, int fd) {
-  Throw(cudaSetDevice(0), "cudaSetDevice");
-  cudaStream_t stream = nullptr;
-  Throw(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  auto client = Client::connect(socket_dir, {"bench-peer"});
-  cudaMemPool_t bare_pool = nullptr;
-  PeerState state;
-  // B's write once it has the buffer; its duration (ns), which includes the
-  // stream's wait on the fence for a broker buffer.
-  auto write_and_sync = [&](void* p) -> uint64_t {
-    const uint64_t t = NowNs();
-    Throw(cudaMemsetAsync(p, 1, 4, stream), "cudaMemsetAsync");
-    Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    return NowNs() - t;
-  };
-  for (;;) {
-    UniqueFd got;
-    Msg m;
-    try {
-      m = Receive(fd, &got);
-    } catch (const std::exception&) {
-      return 0;
-    }
-    Msg reply;
-    reply.op = m.op;
-    const uint64_t t0 = NowNs();
-    switch (m.op) {
-      case kImportPool:
-        Throw(cudaMemPoolImportFromShareableHandle(
-                  &bare_pool, reinterpret_cast<void*>(static_cast<uintptr_t>(got.get())),
-                  cudaMemHandleTypePosixFileDescriptor, 0),
-              "cudaMemPoolImportFromShareableHandle");
-        break;
-      case kBrokerOpen: {
-        OpenOptions oo;
-        oo.stream = stream;
-        state.buffer.emplace(client.open(static_cast<BufferId>(m.a), oo));
-        reply.a = NowNs() - t0;
-        reply.b = write_and_sync(state.buffer->data());
-        break;
-      }
-      case kBarePool: {
-        cudaMemPoolPtrExportData data;
-        std::memcpy(&data, m.data, sizeof(data));
-        Throw(cudaMemPoolImportPointer(&state.bare, bare_pool, &data), "cudaMemPoolImportPointer");
-        reply.a = NowNs() - t0;
-        reply.b = write_and_sync(state.bare);
-        break;
-      }
-      case kBareVmm: {
-        const auto& api = Driver();
-        CUmemGenericAllocationHandle h = 0;
-        Throw(api.Check(api.cuMemImportFromShareableHandle(
-                            &h, reinterpret_cast<void*>(static_cast<uintptr_t>(got.get())),
-                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                        "cuMemImportFromShareableHandle"));
-        got.reset();
-        state.vmm_size = m.a;
-        Throw(api.Check(api.cuMemAddressReserve(&state.vmm, m.a, 0, 0, 0), "cuMemAddressReserve"));
-        Throw(api.Check(api.cuMemMap(state.vmm, m.a, 0, h, 0), "cuMemMap"));
-        api.cuMemRelease(h);
-        CUmemAccessDesc access{};
-        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access.location.id = 0;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        Throw(api.Check(api.cuMemSetAccess(state.vmm, m.a, &access, 1), "cuMemSetAccess"));
-        reply.a = NowNs() - t0;
-        reply.b = write_and_sync(reinterpret_cast<void*>(state.vmm));
-        break;
-      }
-      case kOpenWait: {
-        Msg ready;
-        ready.op = kOpenWait;
-        Send(fd, ready);  // about to wait
-        OpenOptions oo;
-        oo.wait = true;
-        oo.stream = stream;
-        state.buffer.emplace(client.open(std::string_view(m.data), oo));
-        Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        reply.a = NowNs();
-        break;
-      }
-      case kRelease:
-        Release(state);
-        break;
-      case kPing:
-        break;
-      case kQuit:
-        Release(state);
-        return 0;
-      default:
-        return 1;
-    }
-    Send(fd, reply);
-  }
-}
-
 int RunCuda(const Options& o) {
-  Watchdog watchdog(std::chrono::seconds(90));
+  Watchdog watchdog(std::chrono::seconds(120));
   watchdog.Step("cudaSetDevice and the daemon's start");
   Throw(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
@@ -386,6 +170,7 @@ int RunCuda(const Options& o) {
   watchdog.Guard(peer.child.pid);
   watchdog.Guard(echo_server.pid);
   if (own) watchdog.Guard(own->pid());
+  const bool all = o.cases == "all";
 
   // A bare exportable pool of our own, imported by B once.
   cudaMemPoolProps props{};
@@ -410,6 +195,38 @@ int RunCuda(const Options& o) {
     Ask(peer.fd(), m, owned.get());
   }
   const auto& api = Driver();
+  CUmemAllocationProp vmm_prop = VmmProp();
+  size_t granularity = 0;
+  Throw(api.Check(
+      api.cuMemGetAllocationGranularity(&granularity, &vmm_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      "cuMemGetAllocationGranularity"));
+
+  // The floor's memory: one VMM allocation that A and B both map once, with
+  // a fence word at its start and B's 4 bytes after it.
+  const uint64_t floor_size = std::max<uint64_t>(granularity, 2 * kMiB);
+  CUmemGenericAllocationHandle floor_handle = 0;
+  Throw(api.Check(api.cuMemCreate(&floor_handle, floor_size, &vmm_prop, 0), "cuMemCreate"));
+  CUdeviceptr floor = 0;
+  {
+    int fd = -1;
+    Throw(api.Check(api.cuMemExportToShareableHandle(&fd, floor_handle,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                    "cuMemExportToShareableHandle"));
+    UniqueFd owned(fd);
+    Throw(api.Check(api.cuMemAddressReserve(&floor, floor_size, 0, 0, 0), "cuMemAddressReserve"));
+    Throw(api.Check(api.cuMemMap(floor, floor_size, 0, floor_handle, 0), "cuMemMap"));
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    Throw(api.Check(api.cuMemSetAccess(floor, floor_size, &access, 1), "cuMemSetAccess"));
+    Throw(cudaMemset(reinterpret_cast<void*>(floor), 0, floor_size), "cudaMemset");
+    Msg m;
+    m.op = kFloorSetup;
+    m.a = floor_size;
+    Ask(peer.fd(), m, owned.get());
+  }
+  uint64_t floor_value = 0x100;
 
   // A deque: the cases below hold references to their Samples while more are added.
   std::deque<Samples> results;
@@ -417,27 +234,33 @@ int RunCuda(const Options& o) {
     results.push_back(Samples{std::move(name), "", 0, {}});
     return results.back();
   };
-
-  // One broker share of `size`: Allocate + seal in A, Open + map in B, B writes.
   Samples unused;
-  // `flush`: A queries its stream after the seal, which makes the driver
-  // submit the fence write at once (a variant, to show what a late write costs).
-  auto broker_share = [&](uint64_t size, Samples& total, Samples& open, Samples& allocate,
-                          Samples& seal, Samples& write, bool flush = false) {
+  auto row = [&](Samples* s) -> Samples& { return s != nullptr ? *s : unused; };
+
+  // One broker hand-over of `size`: Allocate + seal in A, Open + map in B, B
+  // writes. `flush`: A queries its stream after the seal, which makes the
+  // driver submit the fence write at once (a variant, to show what a late
+  // write costs).
+  auto broker_share = [&](uint64_t size, const HandOverRows& r, bool keep, bool flush = false) {
     const auto t0 = std::chrono::steady_clock::now();
     Buffer b = client.allocate(size);
-    allocate.us.push_back(ElapsedUs(t0));
+    const double allocate_us = ElapsedUs(t0);
     const auto t1 = std::chrono::steady_clock::now();
     b.seal(stream);
     if (flush) (void)cudaStreamQuery(stream);
-    seal.us.push_back(ElapsedUs(t1));
+    const double seal_us = ElapsedUs(t1);
     Msg m;
     m.op = kBrokerOpen;
     m.a = b.id();
-    const Msg r = Ask(peer.fd(), m);
-    total.us.push_back(ElapsedUs(t0));
-    open.us.push_back(static_cast<double>(r.a) / 1e3);
-    write.us.push_back(static_cast<double>(r.b) / 1e3);
+    const Msg reply = Ask(peer.fd(), m);
+    const double total_us = ElapsedUs(t0);
+    if (keep) {
+      row(r.total).us.push_back(total_us);
+      row(r.allocate).us.push_back(allocate_us);
+      row(r.seal).us.push_back(seal_us);
+      row(r.open).us.push_back(static_cast<double>(reply.a) / 1e3);
+      row(r.write).us.push_back(static_cast<double>(reply.b) / 1e3);
+    }
     ReleasePeer(peer.fd());
     b.release();
   };
@@ -463,15 +286,10 @@ int RunCuda(const Options& o) {
   };
   // The same with bare VMM: export in A (allocation untimed), import + map in B.
   auto bare_vmm_share = [&](uint64_t size, Samples& total, Samples& map, Samples& create) {
-    CUmemAllocationProp prop = VmmProp();
-    size_t granularity = 0;
-    Throw(api.Check(
-        api.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-        "cuMemGetAllocationGranularity"));
     const uint64_t rounded = (size + granularity - 1) / granularity * granularity;
     CUmemGenericAllocationHandle h = 0;
     const auto tc = std::chrono::steady_clock::now();
-    Throw(api.Check(api.cuMemCreate(&h, rounded, &prop, 0), "cuMemCreate"));
+    Throw(api.Check(api.cuMemCreate(&h, rounded, &vmm_prop, 0), "cuMemCreate"));
     create.us.push_back(ElapsedUs(tc));
     const auto t0 = std::chrono::steady_clock::now();
     int fd = -1;
@@ -489,17 +307,35 @@ int RunCuda(const Options& o) {
     owned.reset();
     api.cuMemRelease(h);
   };
+  // The floor of any hand-over: A sets a fence word on its stream, one round
+  // trip tells B, B's stream waits on the word and writes 4 bytes, in memory
+  // that both processes mapped beforehand.
+  auto floor_share = [&]() {
+    const auto t0 = std::chrono::steady_clock::now();
+    ++floor_value;
+    Throw(api.Check(
+        api.cuStreamWriteValue64(stream, floor, floor_value, CU_STREAM_WRITE_VALUE_DEFAULT),
+        "cuStreamWriteValue64"));
+    Msg m;
+    m.op = kFloor;
+    m.a = floor_value;
+    m.b = 0;
+    Ask(peer.fd(), m);
+    return ElapsedUs(t0);
+  };
 
   // 64 MiB: everything, interleaved in a shuffled order.
   Samples& echo_s = add("grpc echo (bare unary call, Unix socket)");
   Samples& alloc_s = add("broker Allocate 64 MiB");
-  Samples& share64 = add("broker share 64 MiB: Allocate+seal in A, Open+map+write in B");
-  Samples& open64 = add("  of which B's Open+map (64 MiB, sealed)");
-  Samples& alloc64 = add("  of which A's Allocate (and its own map)");
-  Samples& seal64 = add("  of which A's seal");
-  Samples& write64 = add("  of which B's write+sync (its stream waits on the fence)");
-  Samples& flush64 = add("  variant: A queries its stream after the seal (total)");
-  Samples& flush64_write = add("    of which B's write+sync");
+  HandOverRows share64;
+  share64.total = &add("broker share 64 MiB: Allocate+seal in A, Open+map+write in B");
+  share64.open = &add("  of which B's Open+map (64 MiB, sealed)");
+  share64.allocate = &add("  of which A's Allocate (and its own map)");
+  share64.seal = &add("  of which A's seal");
+  share64.write = &add("  of which B's write+sync (its stream waits on the fence)");
+  HandOverRows flush64;
+  flush64.total = &add("  variant: A queries its stream after the seal (total)");
+  flush64.write = &add("    of which B's write+sync");
   Samples& bare_pool_total = add("bare pool: alloc+export in A, import+write in B, 64 MiB");
   Samples& bare_pool_a = add("  of which A's alloc+export (bare)");
   Samples& bare_pool_import = add("  of which B's import (bare)");
@@ -515,7 +351,7 @@ int RunCuda(const Options& o) {
   for (int i = 0; i < o.warmup + n64; ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
-    Samples scratch[18];
+    Samples scratch[8];
     for (int c : order) {
       static const char* const kCase[] = {"echo",
                                           "Allocate 64 MiB",
@@ -538,19 +374,16 @@ int RunCuda(const Options& o) {
           break;
         }
         case 2:
-          broker_share(64 * kMiB, keep ? share64 : scratch[2], keep ? open64 : scratch[3],
-                       keep ? alloc64 : scratch[10], keep ? seal64 : scratch[11],
-                       keep ? write64 : scratch[14]);
+          broker_share(64 * kMiB, share64, keep);
           break;
         case 3:
-          bare_pool_share(64 * kMiB, keep ? bare_pool_total : scratch[4],
-                          keep ? bare_pool_a : scratch[5], keep ? bare_pool_import : scratch[6],
-                          keep ? bare_pool_write : scratch[15]);
+          bare_pool_share(64 * kMiB, keep ? bare_pool_total : scratch[2],
+                          keep ? bare_pool_a : scratch[3], keep ? bare_pool_import : scratch[4],
+                          keep ? bare_pool_write : scratch[5]);
           break;
         case 4:
-          bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[7],
-                         keep ? bare_vmm64_map : scratch[8],
-                         keep ? bare_vmm64_create : scratch[12]);
+          bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[6],
+                         keep ? bare_vmm64_map : scratch[6], keep ? bare_vmm64_create : scratch[6]);
           break;
         case 5: {
           AllocateOptions ao;
@@ -565,81 +398,261 @@ int RunCuda(const Options& o) {
           const uint64_t t0 = NowNs();
           b.seal(stream);
           const Msg r = Receive(peer.fd());
-          (keep ? seal_wait : scratch[9]).us.push_back(static_cast<double>(r.a - t0) / 1e3);
+          (keep ? seal_wait : scratch[7]).us.push_back(static_cast<double>(r.a - t0) / 1e3);
           ReleasePeer(peer.fd());
           b.release();
           break;
         }
-        case 7:
-          broker_share(64 * kMiB, keep ? flush64 : scratch[16], unused, unused, unused,
-                       keep ? flush64_write : scratch[17], true);
-          break;
         case 6: {
           const auto t0 = std::chrono::steady_clock::now();
           Msg m;
           m.op = kPing;
           Ask(peer.fd(), m);
-          (keep ? ping : scratch[13]).us.push_back(ElapsedUs(t0));
+          (keep ? ping : scratch[7]).us.push_back(ElapsedUs(t0));
           break;
         }
+        case 7:
+          broker_share(64 * kMiB, flush64, keep, true);
+          break;
       }
     }
   }
-
   std::fprintf(stderr, "gpubroker-bench: 64 MiB cases done\n");
-  PrintSection(results);
+  PrintSection(results, 0);
 
-  // 1 GiB and 40 GiB: the share and its bare counterpart, alternating.
-  struct Big {
+  // Each size: the hand-over and its parts, bare VMM and the floor, taking turns.
+  struct SizeRows {
     uint64_t size;
-    int iterations;
+    HandOverRows share;
+    Samples* floor;
+    Samples* vmm;
   };
-  for (const Big big : {Big{1 * kGiB, std::max(10, o.iterations / 4)},
-                        Big{40 * kGiB, std::max(5, o.iterations / 10)}}) {
-    const std::string s = FormatBytes(big.size);
-    Samples& share = add(StrCat("broker share ", s, ": Allocate+seal in A, Open+map+write in B"));
-    Samples& open = add(StrCat("  of which B's Open+map (", s, ")"));
-    Samples& allocate = add(StrCat("  of which A's Allocate (", s, ", and its own map)"));
-    Samples& seal = add(StrCat("  of which A's seal (", s, ")"));
-    Samples& vmm = add(StrCat("bare VMM: export in A, import+map+write in B, ", s));
-    Samples& vmm_map = add(StrCat("  of which B's import+map (bare, ", s, ")"));
-    Samples& vmm_create = add(StrCat("  and before it, cuMemCreate in A (", s, ", untimed above)"));
-    for (int i = 0; i < 2 + big.iterations; ++i) {
-      Samples w[7];
+  std::vector<SizeRows> by_size;
+  for (uint64_t size : o.sizes) {
+    const size_t section = results.size();
+    const std::string s = FormatBytes(size);
+    SizeRows r{size, {}, nullptr, nullptr};
+    r.share.total = &results.emplace_back(Plotted(
+        StrCat("hand-over ", s, ": Allocate+seal in A, Open+map+write in B"), "gpubroker", size));
+    r.share.open = &add(StrCat("  of which B's Open+map (", s, ")"));
+    r.share.allocate = &add(StrCat("  of which A's Allocate (", s, ", and its own map)"));
+    r.share.seal = &add(StrCat("  of which A's seal (", s, ")"));
+    r.share.write = &add(StrCat("  of which B's write+sync (", s, ")"));
+    r.floor = &results.emplace_back(Plotted(
+        StrCat("  floor: fence write, round trip, wait+write in B (mapped), ", s), "floor", size));
+    r.vmm = &results.emplace_back(
+        Plotted(StrCat("  bare VMM: export in A, import+map+write in B, ", s), "bare VMM", size));
+    Samples& vmm_map = add(StrCat("    of which B's import+map (bare, ", s, ")"));
+    Samples& vmm_create = add(StrCat("    and before it, cuMemCreate in A (", s, ", untimed)"));
+    const int n = size >= 16 * kGiB ? std::max(5, o.iterations / 10)
+                  : size >= kGiB    ? std::max(10, o.iterations / 4)
+                                    : o.iterations;
+    for (int i = 0; i < 2 + n; ++i) {
       const bool keep = i >= 2;
+      Samples w;
       watchdog.Step(StrCat(s, " iteration ", i, ": broker share"));
-      broker_share(big.size, keep ? share : w[0], keep ? open : w[1], keep ? allocate : w[4],
-                   keep ? seal : w[5], unused);
+      broker_share(size, r.share, keep);
+      watchdog.Step(StrCat(s, " iteration ", i, ": floor"));
+      const double f = floor_share();
+      if (keep) r.floor->us.push_back(f);
       watchdog.Step(StrCat(s, " iteration ", i, ": bare VMM share"));
-      bare_vmm_share(big.size, keep ? vmm : w[2], keep ? vmm_map : w[3], keep ? vmm_create : w[6]);
+      bare_vmm_share(size, keep ? *r.vmm : w, keep ? vmm_map : w, keep ? vmm_create : w);
     }
+    by_size.push_back(r);
     std::fprintf(stderr, "gpubroker-bench: %s cases done\n", s.c_str());
+    PrintSection(results, section);
   }
-  PrintSection(results);
 
-  std::fprintf(stderr, "gpubroker-bench: torch baseline next\n");
-  watchdog.Step("torch.multiprocessing baseline");
-  std::optional<Samples> torch = TorchBaseline(o, 64 * kMiB, std::max(50, o.iterations));
-  if (torch) results.push_back(*torch);
-
-  // Baselines.
-  alloc_s.baseline = "grpc echo + bare alloc+export";
-  alloc_s.baseline_us = echo_s.p50() + bare_pool_a.p50();
-  share64.baseline = torch ? "torch.multiprocessing (want <= 0.33x)" : "bare pool hand-over";
-  share64.baseline_us = torch ? torch->p50() : bare_pool_total.p50();
-  open64.baseline = "goal: 100 us";
-  open64.baseline_us = 100;
-  seal_wait.baseline = "grpc echo";
-  seal_wait.baseline_us = echo_s.p50();
-  for (auto& r : results) {
-    if (r.name.rfind("broker share 40 GiB", 0) == 0) {
-      r.baseline = "goal: 3 ms";
-      r.baseline_us = 3000;
+  // The copy path at each size: what sharing costs without a broker or IPC
+  // at all, D2H and back H2D through pinned host memory (in one process, so
+  // a lower bound; chunks of at most 1 GiB of staging).
+  std::map<uint64_t, Samples*> copy_rows;
+  if (all) {
+    const size_t section = results.size();
+    uint64_t largest = 0;
+    for (uint64_t s : o.sizes) largest = std::max(largest, s);
+    const uint64_t staging_size = std::min<uint64_t>(largest, kGiB);
+    void* staging = nullptr;
+    Throw(cudaMallocHost(&staging, staging_size), "cudaMallocHost");
+    for (uint64_t size : o.sizes) {
+      void* device = nullptr;
+      if (cudaMalloc(&device, size) != cudaSuccess) {
+        cudaGetLastError();
+        std::fprintf(stderr, "gpubroker-bench: copy path at %s: no room, skipped\n",
+                     FormatBytes(size).c_str());
+        continue;
+      }
+      Samples& c = results.emplace_back(Plotted(
+          StrCat("copy path: D2H + H2D through pinned memory, ", FormatBytes(size)), "copy", size));
+      copy_rows[size] = &c;
+      const int n = size >= 16 * kGiB ? 3 : size >= kGiB ? 10 : std::max(20, o.iterations / 4);
+      for (int i = 0; i < 1 + n; ++i) {
+        watchdog.Step(StrCat("copy path ", FormatBytes(size), " iteration ", i));
+        const auto t0 = std::chrono::steady_clock::now();
+        for (uint64_t off = 0; off < size; off += staging_size) {
+          const uint64_t len = std::min(staging_size, size - off);
+          char* d = static_cast<char*>(device) + off;
+          Throw(cudaMemcpyAsync(staging, d, len, cudaMemcpyDeviceToHost, stream), "D2H");
+          Throw(cudaMemcpyAsync(d, staging, len, cudaMemcpyHostToDevice, stream), "H2D");
+        }
+        Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        if (i >= 1) c.us.push_back(ElapsedUs(t0));
+      }
+      cudaFree(device);
     }
+    cudaFreeHost(staging);
+    std::fprintf(stderr, "gpubroker-bench: copy path done\n");
+    PrintSection(results, section);
+  }
+
+  // Allocation: a small buffer allocated and released in this process, and
+  // by 1, 8, 16 processes at once.
+  Samples* in_process = nullptr;
+  std::vector<Samples*> throughput;
+  if (all) {
+    const size_t section = results.size();
+    in_process = &add(StrCat("in-process allocate+release, ", FormatBytes(o.small_size)));
+    for (int i = 0; i < o.warmup * 10 + o.iterations * 10; ++i) {
+      watchdog.Step(StrCat("in-process allocate+release ", i));
+      const double us = AllocateReleasePair(client, o.small_size);
+      if (i >= o.warmup * 10) in_process->us.push_back(us);
+    }
+    for (int processes : o.processes) {
+      watchdog.Step(StrCat("throughput with ", processes, " processes"));
+      const std::string what = StrCat(processes, " client process", processes == 1 ? "" : "es",
+                                      ", allocate+release ", FormatBytes(o.small_size));
+      throughput.push_back(&results.emplace_back(
+          RunThroughput(dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
+                        StrCat("throughput: ", what))));
+      watchdog.Step(StrCat("throughput with ", processes, " processes, per-buffer path"));
+      results.push_back(RunThroughput(dir, processes, o.small_size,
+                                      std::chrono::milliseconds(o.throughput_ms),
+                                      StrCat("  daemon's per-buffer path: ", what), true));
+    }
+    std::fprintf(stderr, "gpubroker-bench: allocation cases done\n");
+    PrintSection(results, section);
+  }
+
+  // The fence wait, isolated, and its variants.
+  if (all) {
+    const size_t section = results.size();
+    RunFenceCases(o.fence_iterations, std::max(10, o.fence_iterations / 10), results, watchdog);
+    std::fprintf(stderr, "gpubroker-bench: fence cases done\n");
+    PrintSection(results, section);
   }
   Msg quit;
   quit.op = kQuit;
   Send(peer.fd(), quit);
+  api.cuMemUnmap(floor, floor_size);
+  api.cuMemAddressFree(floor, floor_size);
+  api.cuMemRelease(floor_handle);
+
+  // Python: torch.multiprocessing and the broker over the C ABI, at each
+  // size, in one script, taking turns; then torch's caching allocator.
+  std::map<uint64_t, Samples*> torch_rows;
+  std::map<uint64_t, Samples*> python_rows;
+  std::string torch_version;
+  if (all) {
+    const size_t section = results.size();
+    watchdog.Step("torch.multiprocessing baseline");
+    std::fprintf(stderr, "gpubroker-bench: torch baselines next\n");
+    std::string sizes;
+    for (uint64_t s : o.sizes) sizes += StrCat(sizes.empty() ? "" : ",", s);
+    const std::string script =
+        o.torch_script.empty() ? FindScript("torch_mp_baseline.py") : o.torch_script;
+    auto mp = RunPython(script,
+                        StrCat("--sizes ", sizes, " --iterations ", std::max(50, o.iterations),
+                               " --warmup ", std::max(10, o.warmup / 2), LibraryArgs(dir)),
+                        400);
+    if (mp) {
+      torch_version = (*mp)["torch"].get<std::string>();
+      for (uint64_t size : o.sizes) {
+        const auto& at = (*mp)["sizes"][std::to_string(size)];
+        if (at.is_null()) continue;
+        const std::string s = FormatBytes(size);
+        torch_rows[size] = &results.emplace_back(
+            Plotted(StrCat("torch.multiprocessing hand-over ", s, " (", torch_version, ")"),
+                    "torch.mp", size));
+        torch_rows[size]->us = Doubles(at["torch_us"]);
+        if (!Doubles(at["gpubroker_us"]).empty()) {
+          python_rows[size] = &results.emplace_back(Plotted(
+              StrCat("hand-over ", s, " from Python over the C ABI"), "gpubroker (Python)", size));
+          python_rows[size]->us = Doubles(at["gpubroker_us"]);
+          python_rows[size]->baseline = "torch.mp (want <= 0.25x)";
+          python_rows[size]->baseline_us = torch_rows[size]->p50();
+        }
+      }
+    }
+    watchdog.Step("torch caching allocator baseline");
+    std::string procs;
+    for (int p : o.processes) procs += StrCat(procs.empty() ? "" : ",", p);
+    auto alloc = RunPython(
+        FindScript("torch_alloc_baseline.py"),
+        StrCat("--size ", o.small_size, " --iterations ", o.iterations * 10, " --processes ", procs,
+               " --milliseconds ", o.throughput_ms, LibraryArgs(dir)),
+        300);
+    if (alloc) {
+      Samples& t =
+          add(StrCat("  torch caching allocator (Python): empty+del, ", FormatBytes(o.small_size)));
+      t.us = Doubles((*alloc)["torch_us"]);
+      if (in_process != nullptr) {
+        in_process->baseline = "torch caching allocator";
+        in_process->baseline_us = t.p50();
+      }
+      if (!Doubles((*alloc)["gpubroker_us"]).empty()) {
+        Samples& g = add(StrCat("in-process allocate+release from Python over the C ABI, ",
+                                FormatBytes(o.small_size)));
+        g.us = Doubles((*alloc)["gpubroker_us"]);
+        g.baseline = "torch caching allocator";
+        g.baseline_us = t.p50();
+      }
+      size_t k = 0;
+      for (const auto& tp : (*alloc)["throughput"]) {
+        Samples& s = add(StrCat("  torch caching allocator: ", tp["processes"].get<int>(),
+                                " processes, empty+del"));
+        s.us = Doubles(tp["us"]);
+        s.per_second = tp["per_second"].get<double>();
+        s.processes = tp["processes"].get<int>();
+        if (k < throughput.size()) {
+          throughput[k]->baseline = "torch caching allocator";
+          throughput[k]->baseline_per_second = s.per_second;
+        }
+        ++k;
+      }
+    }
+    PrintSection(results, section);
+  }
+
+  // Baselines.
+  alloc_s.baseline = "grpc echo + bare alloc+export";
+  alloc_s.baseline_us = echo_s.p50() + bare_pool_a.p50();
+  if (torch_rows.count(64 * kMiB) != 0) {
+    share64.total->baseline = "torch.mp (want <= 0.2x)";
+    share64.total->baseline_us = torch_rows[64 * kMiB]->p50();
+  } else {
+    share64.total->baseline = "bare pool hand-over";
+    share64.total->baseline_us = bare_pool_total.p50();
+  }
+  share64.open->baseline = "goal: 100 us";
+  share64.open->baseline_us = 100;
+  seal_wait.baseline = "2 x A <-> B round trip (want <= 1x)";
+  seal_wait.baseline_us = 2 * ping.p50();
+  for (const SizeRows& r : by_size) {
+    if (torch_rows.count(r.size) != 0) {
+      r.share.total->baseline = "torch.mp (want <= 0.2x)";
+      r.share.total->baseline_us = torch_rows[r.size]->p50();
+    } else {
+      r.share.total->baseline = "bare VMM hand-over";
+      r.share.total->baseline_us = r.vmm->p50();
+    }
+    r.floor->baseline = "";
+    r.share.open->baseline = "the floor";
+    r.share.open->baseline_us = r.floor->p50();
+    if (r.size == 40 * kGiB) {
+      r.share.allocate->baseline = "goal: the whole share in 3 ms";
+      r.share.allocate->baseline_us = 3000;
+    }
+  }
 
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
@@ -654,8 +667,10 @@ int RunCuda(const Options& o) {
           {"small_buffers", o.small_buffers},
           {"device", prop.name},
           {"driver_api", driver},
+          {"torch", torch_version},
           {"iterations", n64}},
          o.json_out);
+  std::filesystem::remove(echo_path);
   cudaMemPoolDestroy(pool);
   return 0;
 }

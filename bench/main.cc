@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -27,6 +28,7 @@
 #include "bench/daemon_process.h"
 #include "bench/options.h"
 #include "bench/report.h"
+#include "bench/throughput.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "gpubroker/client.hpp"
@@ -35,17 +37,19 @@
 namespace gpubroker::bench {
 namespace {
 
-// B's side of the cross-process case: read an id, open it, touch it, answer;
-// then release it and say so (outside A's timing, so that no clean-up of one
-// iteration overlaps the next).
+// B's side of the cross-process cases: read an id, open it, write into it,
+// answer; then release it and say so (outside A's timing, so that no clean-up
+// of one iteration overlaps the next). A sealed buffer is opened as such; an
+// id with the top bit set asks for an unsealed open.
 int ServeOpen(const std::string& socket_dir, int fd) {
   auto client = Client::connect(socket_dir, {"bench-peer"});
-  OpenOptions oo;
-  oo.allow_unsealed = true;
+  constexpr BufferId kUnsealed = BufferId{1} << 63;
   for (;;) {
     BufferId id = 0;
     if (::read(fd, &id, sizeof(id)) != sizeof(id)) return 0;
-    Buffer b = client.open(id, oo);
+    OpenOptions oo;
+    oo.allow_unsealed = (id & kUnsealed) != 0;
+    Buffer b = client.open(id & ~kUnsealed, oo);
     static_cast<volatile char*>(b.data())[0] = 1;
     const char ack = 1;
     if (::write(fd, &ack, 1) != 1) return 1;
@@ -66,11 +70,14 @@ Child StartOpenPeer(const std::string& socket_dir) {
   return peer;
 }
 
-// Allocate in A (here), Open + map + touch in B; timed until B answers.
-double RunShare(Client& client, Child& peer, uint64_t size) {
+// Allocate in A (here), then (with `seal`) seal; Open + map + write in B;
+// timed until B answers.
+double RunShare(Client& client, Child& peer, uint64_t size, bool seal) {
   const auto t0 = std::chrono::steady_clock::now();
   Buffer b = client.allocate(size);
-  const BufferId id = b.id();
+  static_cast<volatile char*>(b.data())[0] = 2;
+  if (seal) b.seal();
+  const BufferId id = seal ? b.id() : (b.id() | (BufferId{1} << 63));
   char ack = 0;
   if (::write(peer.channel.get(), &id, sizeof(id)) != sizeof(id) ||
       ::read(peer.channel.get(), &ack, 1) != 1) {
@@ -83,12 +90,15 @@ double RunShare(Client& client, Child& peer, uint64_t size) {
 }
 
 int RunHost(const Options& o) {
+  uint64_t largest = o.size;
+  for (uint64_t s : o.sizes) largest = std::max(largest, s);
   std::unique_ptr<DaemonProcess> own;
   std::string dir = o.socket_dir;
   if (dir.empty()) {
+    // memfds are sparse: the capacity costs nothing until pages are touched.
     own = std::make_unique<DaemonProcess>(std::vector<std::string>{
         "--backend", "host", "--host-pool-bytes",
-        std::to_string(std::max<uint64_t>(uint64_t{1} << 30, o.size * 16))});
+        std::to_string(std::max<uint64_t>(uint64_t{1} << 30, 3 * largest + (64 << 20)))});
     dir = own->dir();
   }
   auto client = Client::connect(dir, {"bench"});
@@ -101,13 +111,13 @@ int RunHost(const Options& o) {
   // The cases take turns, in a shuffled order each iteration, so that
   // whatever else the machine does (and whichever case runs first after a
   // context switch) falls on all of them alike.
-  std::vector<Samples> results = {
-      {"grpc echo (bare unary call, Unix socket)", "", {}},
-      {"memfd + SCM_RIGHTS hand-over (bare)", "", {}},
-      {"broker Allocate", "grpc echo", {}},
-      {"broker Release(free)", "grpc echo", {}},
-      {"broker Allocate+Free", "2 x grpc echo", {}},
-      {"broker share: Allocate in A, Open+map in B", "2 x grpc echo + hand-over", {}},
+  std::deque<Samples> results = {
+      {"grpc echo (bare unary call, Unix socket)", "", 0, {}},
+      {"memfd + SCM_RIGHTS hand-over (bare)", "", 0, {}},
+      {"broker Allocate", "grpc echo", 0, {}},
+      {"broker Release(free)", "grpc echo", 0, {}},
+      {"broker Allocate+Free", "2 x grpc echo", 0, {}},
+      {"broker share: Allocate in A, Open+map in B", "2 x grpc echo + hand-over", 0, {}},
   };
   std::mt19937 rng(12345);
   std::array<int, 4> order = {0, 1, 2, 3};
@@ -133,25 +143,101 @@ int RunHost(const Options& o) {
           break;
         }
         case 3:
-          us[5] = RunShare(client, open_peer, o.size);
+          us[5] = RunShare(client, open_peer, o.size, false);
           break;
       }
     }
     if (i < o.warmup) continue;
-    for (size_t k = 0; k < results.size(); ++k) results[k].us.push_back(us[k]);
+    for (size_t k = 0; k < 6; ++k) results[k].us.push_back(us[k]);
   }
-  std::filesystem::remove(echo_path);
-
   const double echo = results[0].p50();
   const double handover = results[1].p50();
   results[2].baseline_us = echo;
   results[3].baseline_us = echo;
   results[4].baseline_us = 2 * echo;
   results[5].baseline_us = 2 * echo + handover;
+  std::fprintf(stderr, "gpubroker-bench: %s cases done\n", FormatBytes(o.size).c_str());
+
+  // The hand-over at each size (Allocate + seal in A, Open + map + write in
+  // B) against the bare memfd hand-over of the same size, interleaved.
+  for (uint64_t size : o.sizes) {
+    const std::string s = FormatBytes(size);
+    Samples& share = results.emplace_back(Plotted(
+        StrCat("hand-over ", s, ": Allocate+seal in A, Open+map+write in B"), "gpubroker", size));
+    Samples& bare = results.emplace_back(
+        Plotted(StrCat("  bare memfd + SCM_RIGHTS hand-over, ", s), "floor", size));
+    share.baseline = "bare hand-over";
+    const int n = size >= (uint64_t{1} << 30) ? std::max(20, o.iterations / 4) : o.iterations;
+    for (int i = 0; i < o.warmup + n; ++i) {
+      const bool keep = i >= o.warmup;
+      const bool first = (i & 1) != 0;
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == first) {
+          const double us = RunShare(client, open_peer, size, true);
+          if (keep) share.us.push_back(us);
+        } else {
+          const double us = RunHandover(handover_peer, size);
+          if (keep) bare.us.push_back(us);
+        }
+      }
+    }
+    share.baseline_us = bare.p50();
+    std::fprintf(stderr, "gpubroker-bench: hand-over at %s done\n", s.c_str());
+  }
+
+  // In-process allocation speed: a small buffer's allocate + release against
+  // malloc + free of the same size, and against the daemon's per-buffer path
+  // (a client that makes no buffer itself), interleaved.
+  {
+    ConnectOptions per_buffer;
+    per_buffer.client_name = "bench-daemon-path";
+    per_buffer.suballocate = false;
+    auto daemon_client = Client::connect(dir, per_buffer);
+    Samples& broker = results.emplace_back();
+    broker.name = StrCat("in-process allocate+release, ", FormatBytes(o.small_size));
+    broker.baseline = "malloc+free";
+    Samples& libc = results.emplace_back();
+    libc.name = StrCat("  malloc+free (glibc), ", FormatBytes(o.small_size));
+    Samples& rpc = results.emplace_back();
+    rpc.name = StrCat("  the daemon's per-buffer path (two calls), ", FormatBytes(o.small_size));
+    const int n = o.iterations * 10;
+    for (int i = 0; i < o.warmup * 10 + n; ++i) {
+      const bool keep = i >= o.warmup * 10;
+      const double a = AllocateReleasePair(client, o.small_size);
+      const double b = MallocFreePair(o.small_size);
+      const double c = (i % 10 == 0) ? AllocateReleasePair(daemon_client, o.small_size) : -1;
+      if (keep) {
+        broker.us.push_back(a);
+        libc.us.push_back(b);
+        if (c >= 0) rpc.us.push_back(c);
+      }
+    }
+    broker.baseline_us = libc.p50();
+  }
+
+  // Many clients at once: allocate + release pairs per second, against the
+  // same clients on the daemon's per-buffer path.
+  for (int processes : o.processes) {
+    const std::string what = StrCat(processes, " client process", processes == 1 ? "" : "es",
+                                    ", allocate+release ", FormatBytes(o.small_size));
+    Samples ours =
+        RunThroughput(dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
+                      StrCat("throughput: ", what));
+    Samples theirs =
+        RunThroughput(dir, processes, o.small_size, std::chrono::milliseconds(o.throughput_ms),
+                      StrCat("  daemon's per-buffer path: ", what), true);
+    ours.baseline = "per-buffer path (want >= 20x)";
+    ours.baseline_per_second = theirs.per_second;
+    results.push_back(std::move(ours));
+    results.push_back(std::move(theirs));
+    std::fprintf(stderr, "gpubroker-bench: throughput with %d processes done\n", processes);
+  }
+  std::filesystem::remove(echo_path);
+
   Report(
       StrCat("gpubroker-bench: backend ", client.session().backend, ", ", FormatBytes(o.size),
              " buffers, ", o.iterations, " iterations (+", o.warmup, " warm-up)"),
-      results, o.json,
+      std::vector<Samples>(results.begin(), results.end()), o.json,
       {{"backend", client.session().backend}, {"size_bytes", o.size}, {"iterations", o.iterations}},
       o.json_out);
   return 0;
@@ -159,6 +245,28 @@ int RunHost(const Options& o) {
 
 }  // namespace
 }  // namespace gpubroker::bench
+
+namespace {
+
+uint64_t Bytes(const std::string& text) {
+  auto size = gpubroker::ParseBytes(text);
+  if (!size.ok())
+    throw std::invalid_argument(std::string(gpubroker::View(size.status().message())));
+  return *size;
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    if (comma > pos) out.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace gpubroker::bench;
@@ -171,6 +279,11 @@ int main(int argc, char** argv) {
       return ServeOpen(argv[2], std::atoi(argv[3]));
     if (argc >= 4 && std::strcmp(argv[1], "--serve-cuda-peer") == 0)
       return ServeCudaPeer(argv[2], std::atoi(argv[3]));
+    if (argc >= 3 && std::strcmp(argv[1], "--serve-fence-peer") == 0)
+      return RunFencePeer(std::atoi(argv[2]));
+    if (argc >= 7 && std::strcmp(argv[1], "--serve-throughput") == 0)
+      return ServeThroughput(argv[2], std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4]),
+                             std::atoi(argv[5]), std::strcmp(argv[6], "daemon") == 0);
     Options o;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -191,10 +304,23 @@ int main(int argc, char** argv) {
       } else if (a == "--warmup") {
         o.warmup = std::stoi(value());
       } else if (a == "--size") {
-        auto size = gpubroker::ParseBytes(value());
-        if (!size.ok())
-          throw std::invalid_argument(std::string(gpubroker::View(size.status().message())));
-        o.size = *size;
+        o.size = Bytes(value());
+      } else if (a == "--small-size") {
+        o.small_size = Bytes(value());
+      } else if (a == "--sizes") {
+        o.sizes.clear();
+        for (const auto& item : SplitList(value())) o.sizes.push_back(Bytes(item));
+      } else if (a == "--processes") {
+        o.processes.clear();
+        for (const auto& item : SplitList(value())) o.processes.push_back(std::stoi(item));
+      } else if (a == "--throughput-ms") {
+        o.throughput_ms = std::stoi(value());
+      } else if (a == "--cases") {
+        o.cases = value();
+        if (o.cases != "all" && o.cases != "handover")
+          throw std::invalid_argument("--cases is all or handover");
+      } else if (a == "--fence-iterations") {
+        o.fence_iterations = std::stoi(value());
       } else if (a == "--json-out") {
         o.json_out = value();
       } else if (a == "--json") {
@@ -205,7 +331,11 @@ int main(int argc, char** argv) {
             "DIR]\n"
             "                [--iterations N] [--warmup N] [--size BYTES] [--json] [--json-out "
             "FILE]\n"
-            "                [--torch-script FILE]");
+            "                [--torch-script FILE] [--sizes LIST] [--small-size BYTES]\n"
+            "                [--processes LIST] [--throughput-ms MS] [--fence-iterations N]\n"
+            "                [--cases all|handover]\n"
+            "  --sizes: hand-over sizes (default 4KiB,64MiB,1GiB,40GiB)\n"
+            "  --processes: client processes of the throughput cases (default 1,8,16)");
         return 0;
       } else {
         throw std::invalid_argument("unknown argument " + a);

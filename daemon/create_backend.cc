@@ -15,7 +15,7 @@ namespace {
 
 BackendChoice Host(const DaemonOptions& options, std::string why) {
   BackendChoice choice;
-  choice.backend = std::make_unique<HostBackend>(options.host_pool_bytes);
+  choice.backend = std::make_unique<HostBackend>(options.host_pool_bytes, options.vmm_threshold);
   choice.why = std::move(why);
   return choice;
 }

@@ -32,15 +32,23 @@ if ! grep -q "^\[  PASSED  \] [1-9]" "$out/gpu-tests.log"; then
   echo "  no GPU integration test ran: see $out/gpu-tests.log"; status=1
 fi
 
-# The benchmark, on each small-buffer path (the default, arena, first).
+# The benchmark: every case on the default path (arena), the hand-overs alone
+# on the pool path.
 for path in arena pool; do
   suffix=$([ "$path" = arena ] && echo "" || echo "-$path")
-  echo "== benchmark (small buffers: $path)"
-  timeout "${BENCH_TIMEOUT:-300}" gpubroker-bench --backend cuda --small-buffers "$path" \
-    --iterations "${ITERATIONS:-200}" --warmup 20 --json-out "$out/bench-cuda$suffix.json" \
+  cases=$([ "$path" = arena ] && echo all || echo handover)
+  echo "== benchmark (small buffers: $path, cases: $cases)"
+  timeout "${BENCH_TIMEOUT:-420}" gpubroker-bench --backend cuda --small-buffers "$path" \
+    --cases "$cases" --iterations "${ITERATIONS:-200}" --warmup 20 \
+    --json-out "$out/bench-cuda$suffix.json" \
     2>"$out/bench-cuda$suffix.err" | tee "$out/bench-cuda$suffix.txt" || status=1
-  grep -E "no progress|failed" "$out/bench-cuda$suffix.err"
+  grep -E "no progress|failed|skipped|unusable" "$out/bench-cuda$suffix.err"
 done
+# Latency against size (docs/latency-vs-size.png), where matplotlib is installed.
+if python3 -c 'import matplotlib' 2>/dev/null && [ -s "$out/bench-cuda.json" ]; then
+  python3 "$bundle/plot_latency.py" "$out/bench-cuda.json" "$out/latency-vs-size.png" &&
+    echo "== plot: $out/latency-vs-size.png"
+fi
 # The Python package: its tests, examples and benchmark (gpu-run-python.sh).
 bash "$bundle/gpu-run-python.sh" || status=1
 # The soak on the GPU: 16 clients of mixed calls and SIGKILLs for SOAK_SECONDS

@@ -258,6 +258,16 @@ const char* gpubroker_client_tenant(const gpubroker_client_t* client) {
   return client ? client->client.session().tenant.c_str() : "";
 }
 
+gpubroker_status_t gpubroker_trim(gpubroker_client_t* client) {
+  GPUBROKER_CHECK_ARG(client != nullptr);
+  return Guard([&] { client->client.trim(); });
+}
+
+gpubroker_status_t gpubroker_client_stats_json(const gpubroker_client_t* client, char** out) {
+  GPUBROKER_CHECK_ARG(client != nullptr && out != nullptr);
+  return Guard([&] { *out = CopyString(gpubroker::ToJson(client->client.stats())); });
+}
+
 gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
                                       const gpubroker_alloc_options_t* o,
                                       gpubroker_buffer_t** out) {
@@ -348,6 +358,11 @@ gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer) {
   return Guard([&] { buffer->buffer().seal(); });
 }
 
+gpubroker_status_t gpubroker_buffer_publish(gpubroker_buffer_t* buffer) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr);
+  return Guard([&] { buffer->buffer().publish(); });
+}
+
 gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer, void* stream) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
   return Guard([&] { buffer->buffer().seal(stream); });
@@ -382,6 +397,9 @@ int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* b) {
   return b && b->buffer().info().state == gpubroker::BufferState::kSealed;
 }
 int gpubroker_buffer_is_owner(const gpubroker_buffer_t* b) { return b && b->buffer().is_owner(); }
+int gpubroker_buffer_is_published(const gpubroker_buffer_t* b) {
+  return b && b->buffer().is_published();
+}
 int32_t gpubroker_buffer_device_ordinal(const gpubroker_buffer_t* b) {
   return b ? b->buffer().device_ordinal() : -1;
 }
@@ -453,8 +471,12 @@ gpubroker_status_t gpubroker_buffer_get_facts(const gpubroker_buffer_t* b,
   gpubroker_buffer_facts_t f{};
   f.struct_size = static_cast<uint32_t>(std::min<size_t>(facts->struct_size, sizeof(f)));
   if (buffer.is_owner()) f.flags |= GPUBROKER_BUFFER_OWNER;
-  if (buffer.info().state == gpubroker::BufferState::kSealed) f.flags |= GPUBROKER_BUFFER_SEALED;
-  f.id = buffer.info().id;
+  // Facts read nothing from the daemon: a buffer this client made and has
+  // not published has id 0 (gpubroker_buffer_id publishes it) and is unsealed.
+  if (buffer.is_published()) {
+    if (buffer.info().state == gpubroker::BufferState::kSealed) f.flags |= GPUBROKER_BUFFER_SEALED;
+    f.id = buffer.info().id;
+  }
   f.size = buffer.size();
   f.data = buffer.data();
   f.name = buffer.name().c_str();

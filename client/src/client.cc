@@ -1,10 +1,12 @@
 #include "gpubroker/client.hpp"
 
 #include <cctype>
+#include <optional>
 
 #include "client/src/client_impl.h"
 #include "common/paths.h"
 #include "common/strings.h"
+#include "common/units.h"
 #include "common/version.h"
 #include "common/wire/routing.h"
 
@@ -15,6 +17,20 @@ bool ParseBufferId(std::string_view s, BufferId* id) {
   return !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) && ParseInt(s, id);
 }
 }  // namespace detail
+
+namespace {
+
+// Takes the daemon's description of a buffer this handle has just published,
+// keeping the handle's own name and tensor where they are: the pointers that
+// gpubroker_buffer_get_facts and gpubroker_buffer_tensor handed out before
+// the publication stay valid for the handle's life.
+void AdoptPublished(BufferInfo& info, BufferInfo published) {
+  published.name = std::move(info.name);
+  published.tensor = std::move(info.tensor);
+  info = std::move(published);
+}
+
+}  // namespace
 
 const char* ClientVersion() { return kVersion; }
 
@@ -47,12 +63,44 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullptr; }
 
+BufferId Buffer::id() const noexcept {
+  if (info_.id == 0) EnsurePublished();
+  return info_.id;
+}
+
+const BufferInfo& Buffer::info() const noexcept {
+  if (info_.id == 0) EnsurePublished();
+  return info_;
+}
+
+void Buffer::publish() {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "publish on an empty Buffer handle");
+  const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
+  if (block != nullptr && info_.id == 0)
+    AdoptPublished(info_, impl_->Publish(*block, info_, false));
+}
+
+void Buffer::EnsurePublished() const noexcept {
+  const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
+  if (!impl_ || block == nullptr) return;
+  try {
+    AdoptPublished(info_, impl_->Publish(*block, info_, false));
+  } catch (const std::exception& e) {
+    // Still private, with id 0: an open elsewhere finds nothing to open.
+    detail::ClientImpl::Debug(StrCat("publish of a client-made buffer failed: ", e.what()));
+  }
+}
+
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   impl_->CheckProcess();
   if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   mapping_->RecordReady(stream);
+  if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
+    AdoptPublished(info_, impl_->Publish(*block, info_, true));  // name and seal in one frame
+    return;
+  }
   v1::Call call;
   call.mutable_seal()->set_id(info_.id);
   v1::Reply reply;
@@ -99,13 +147,28 @@ void Buffer::Reset(bool report_errors) {
     if (report_errors) impl->CheckProcess();
     return;
   }
-  // Unmap before the lease drops: the daemon may hand the memory to someone
-  // else as soon as the last lease is gone.
+  std::optional<detail::LocalBlock> block;
+  if (mapping_ && mapping_->local_block() != nullptr) block = *mapping_->local_block();
+  // Memory of its own may stay mapped, in the mapping cache, for the next
+  // buffer the daemon serves from it: the release says so, and the daemon
+  // asks before it frees that memory. Anything else is unmapped before the
+  // lease drops: the daemon may hand the memory to someone else as soon as
+  // the last lease is gone.
+  const bool keep_mapping = mapping_ && !block && impl_->KeepMapping(*mapping_);
   mapping_.reset();
   auto impl = std::move(impl_);
+  if (block) {
+    // A client-made buffer: back to this client's allocator, with no call
+    // unless it was published (then it waits, in quarantine, until the
+    // daemon says nobody else holds it).
+    const bool published = info_.id != 0;
+    impl->FreeLocal(*block, published);
+    if (!published) return;
+  }
   v1::Call call;
   call.mutable_release()->set_id(info_.id);
   call.mutable_release()->set_free(owner_ && !info_.keep);
+  call.mutable_release()->set_keep_mapping(keep_mapping);
   v1::Reply reply;
   try {
     impl->Call(std::move(call), &reply);  // always fits in a frame
@@ -125,19 +188,45 @@ Client Client::connect(const std::string& socket_dir, const ConnectOptions& opti
 }
 
 Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
+  BufferInfo local;
+  if (auto mapping = impl_->AllocateLocal(size, options, &local)) {
+    return Buffer(impl_, std::move(local), std::move(mapping), true);
+  }
   const v1::AllocateRequest req = detail::ToAllocateRequest(size, options);
   v1::AllocateResponse resp;
-  v1::Call call;
-  *call.mutable_allocate() = req;
-  v1::Reply reply;
-  if (AllocateIsQuick(req, impl_->quick_allocation_limit()) &&
-      impl_->Call(std::move(call), &reply)) {
-    resp = std::move(*reply.mutable_allocate());
-  } else {  // slow (a new VMM allocation), or too large for a session frame
+  // The routing rule the daemon advertises and enforces: session.sock for a
+  // small one, and for a large one that a kept allocation may serve (the
+  // daemon answers ABORTED when none does, or when it would have to wait).
+  const AllocateRoute route = RouteAllocate(req, impl_->quick_allocation_limit());
+  bool on_session = false;
+  if (route != AllocateRoute::kGrpc) {
+    v1::Call call;
+    *call.mutable_allocate() = req;
+    v1::Reply reply;
+    try {
+      on_session = impl_->Call(std::move(call), &reply);  // false: too large for a frame
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kAborted) throw;
+    }
+    if (on_session) resp = std::move(*reply.mutable_allocate());
+  }
+  if (on_session) {
+    impl_->Count(detail::ClientImpl::Path::kDaemonSession);
+  } else {
     grpc::ClientContext ctx;
     impl_->Prepare(ctx);
     grpc::Status s = impl_->stub().Allocate(&ctx, req, &resp);
     if (!s.ok()) impl_->Throw(s);
+    impl_->Count(detail::ClientImpl::Path::kDaemonGrpc);
+  }
+  if (detail::ClientImpl::DebugOn()) {
+    detail::ClientImpl::Debug(StrCat(
+        "allocate ", FormatBytes(size), ": the daemon's, on ",
+        on_session
+            ? (route == AllocateRoute::kSessionIfKept ? "session.sock (a kept allocation)"
+                                                      : "session.sock")
+            : (route == AllocateRoute::kSessionIfKept ? "gRPC (no kept allocation)" : "gRPC"),
+        " (", resp.buffer().backing(), ")"));
   }
   BufferInfo info = detail::FromProto(resp.buffer());
   // From here on the lease is ours: hand it to a Buffer before mapping, so
@@ -166,6 +255,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
     impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
     grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
     if (!s.ok()) impl_->Throw(s);
+    impl_->Count(detail::ClientImpl::Path::kOpenGrpc);
   }
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
   if (!options.map) return buffer;
@@ -233,6 +323,10 @@ BrokerStatus Client::status() {
   if (!s.ok()) impl_->Throw(s);
   return detail::FromProto(resp);
 }
+
+void Client::trim() { impl_->Trim(); }
+void Client::evict_mappings() { impl_->EvictMappings(); }
+ClientStats Client::stats() const { return impl_->Stats(); }
 
 const SessionInfo& Client::session() const { return impl_->session(); }
 const std::string& Client::socket_dir() const { return impl_->socket_dir(); }

@@ -1,15 +1,19 @@
 #include "client/src/client_impl.h"
 
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "client/src/device_arena.h"
 #include "common/paths.h"
 #include "common/refusal.h"
 #include "common/strings.h"
 #include "common/token.h"
+#include "common/units.h"
 #include "gpubroker/error.hpp"
 
 namespace gpubroker::detail {
@@ -19,23 +23,66 @@ constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 class HostMapping final : public Mapping {
  public:
-  HostMapping(void* base, size_t length) : base_(base), length_(length) {}
+  HostMapping(void* base, size_t length, size_t skip)
+      : base_(base), length_(length), data_(static_cast<char*>(base) + skip) {}
   ~HostMapping() override { ::munmap(base_, length_); }
+  void* data() const override { return data_; }
+
+ private:
+  void* base_;
+  size_t length_;
+  void* data_;
+};
+
+// Maps the pages that hold [offset, offset + length): a client-made buffer
+// starts anywhere in a page (its blocks are 512-byte aligned).
+std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  const uint64_t skip = offset - start;
+  void* p = ::mmap(nullptr, length + skip, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   static_cast<off_t>(start));
+  if (p == MAP_FAILED) {
+    ThrowError(ErrorCode::kInternal,
+               StrCat("mmap of ", length, " bytes at offset ", offset, ": ", std::strerror(errno)));
+  }
+  return std::make_unique<HostMapping>(p, length + skip, skip);
+}
+
+// A host buffer's memfd of its own, mapped whole: it may outlive the buffer
+// in the mapping cache.
+class HostMemory final : public CachedMapping {
+ public:
+  HostMemory(void* base, size_t length) : base_(base), length_(length) {}
+  ~HostMemory() override { ::munmap(base_, length_); }
   void* data() const override { return base_; }
+  uint64_t size() const override { return length_; }
 
  private:
   void* base_;
   size_t length_;
 };
 
-std::unique_ptr<Mapping> MapHost(int fd, uint64_t offset, uint64_t length) {
-  void* p =
-      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+// A buffer of memory of its own on the host: a view of its mapping.
+class HostFdView final : public Mapping {
+ public:
+  HostFdView(std::unique_ptr<CachedMapping> memory, uint64_t allocation_id)
+      : memory_(std::move(memory)), allocation_id_(allocation_id) {}
+  void* data() const override { return memory_->data(); }
+  uint64_t allocation_id() const override { return allocation_id_; }
+  std::unique_ptr<CachedMapping> TakeMemory() override { return std::move(memory_); }
+
+ private:
+  std::unique_ptr<CachedMapping> memory_;  // unmaps, unless the cache took it
+  const uint64_t allocation_id_;
+};
+
+std::unique_ptr<CachedMapping> MapHostMemory(int fd, uint64_t length) {
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    ThrowError(ErrorCode::kInternal,
-               StrCat("mmap of ", length, " bytes at offset ", offset, ": ", std::strerror(errno)));
+    ThrowError(ErrorCode::kInternal, StrCat("mmap of ", length, " bytes: ", std::strerror(errno)));
   }
-  return std::make_unique<HostMapping>(p, length);
+  return std::make_unique<HostMemory>(p, length);
 }
 
 }  // namespace
@@ -64,7 +111,11 @@ RefusalReason ReasonOf(const grpc::Status& status) {
 }
 
 ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
-    : socket_dir_(std::move(socket_dir)), options_(std::move(options)), pid_(::getpid()) {
+    : socket_dir_(std::move(socket_dir)),
+      options_(std::move(options)),
+      pid_(::getpid()),
+      cache_(CacheOptions(options_)),
+      reader_wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   session_channel_ = std::make_unique<SessionChannel>(StrCat(socket_dir_, "/", kSessionSocketName),
                                                       options_.client_name, kHelloTimeout);
   const v1::Welcome& w = session_channel_->welcome();
@@ -87,6 +138,13 @@ ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
   channel_ = grpc::CreateCustomChannel(StrCat("unix:", socket_dir_, "/", kGrpcSocketName),
                                        grpc::InsecureChannelCredentials(), args);
   stub_ = v1::Broker::NewStub(channel_);
+  const char* env = std::getenv("GPUBROKER_SUBALLOCATE");
+  suballocate_ = options_.suballocate && w.range_limit() > 0 &&
+                 !(env != nullptr && std::strcmp(env, "0") == 0);
+  session_channel_->set_returned_handler(
+      [this](const v1::BlocksReturned& returned) { OnBlocksReturned(returned); });
+  session_channel_->set_unmap_handler(
+      [this](const v1::UnmapRequest& request) { OnUnmapRequest(request); });
 }
 
 ClientImpl::~ClientImpl() {
@@ -96,8 +154,13 @@ ClientImpl::~ClientImpl() {
     // parent's session as it was; a Goodbye would end it.
     (void)stub_.release();
     new std::shared_ptr<grpc::Channel>(std::move(channel_));
+    // So is the reader thread: its handle is the parent's (joining it here
+    // would wait for nothing; destroying it joinable would abort). Nor are
+    // the kept mappings this process's to undo.
+    new std::thread(std::move(reader_));
     return;
   }
+  StopReader();
   session_channel_->SayGoodbye();
 }
 
@@ -135,9 +198,11 @@ ImportedRegion::~ImportedRegion() {
 }
 
 std::shared_ptr<ImportedRegion> ClientImpl::Region(uint64_t region_id,
-                                                   const std::string& device_uuid) {
+                                                   const std::string& device_uuid, bool* fetched) {
   std::lock_guard lock(regions_mu_);
+  if (fetched != nullptr) *fetched = false;
   if (auto it = regions_.find(region_id); it != regions_.end()) return it->second;
+  if (fetched != nullptr) *fetched = true;
   v1::FdRequest req;
   req.set_region_id(region_id);
   v1::FdGrant grant;
@@ -168,27 +233,67 @@ uint64_t ClientImpl::FencePage(const v1::ImportDescriptor& import) {
 }
 
 std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
+  // No slow path is silent: each map says whether the memory was mapped
+  // here already (an arena, a slab: a pointer), was kept mapped from a
+  // buffer before (the mapping cache), or had to be imported.
+  Path path = Path::kImported;
+  std::unique_ptr<Mapping> m = MapMemory(import, id, &path);
+  Count(path);
+  if (DebugOn()) {
+    const char* how =
+        path == Path::kMapped ? "mapped already"
+        : path == Path::kCached
+            ? "mapping-cache hit"
+            : (import.allocation_id() != 0 ? "imported (mapping-cache miss)" : "imported");
+    Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size()), "): ", how));
+  }
+  return m;
+}
+
+std::unique_ptr<CachedMapping> ClientImpl::TakeCached(const v1::ImportDescriptor& import) {
+  if (import.allocation_id() == 0 || !cache_.enabled()) return nullptr;
+  std::unique_ptr<CachedMapping> m = cache_.Take(import.allocation_id());
+  // One allocation has one size; anything else is not the memory we kept.
+  if (m && m->size() != import.mapped_size()) {
+    m.reset();
+    SendUnmapped({import.allocation_id()});
+  }
+  return m;
+}
+
+std::unique_ptr<Mapping> ClientImpl::MapMemory(const v1::ImportDescriptor& import, BufferId id,
+                                               Path* path) {
   switch (import.kind()) {
     case v1::IMPORT_KIND_HOST_ARENA: {
-      auto pool = Region(import.region_id(), import.device_uuid());
+      bool fetched = false;
+      auto pool = Region(import.region_id(), import.device_uuid(), &fetched);
+      *path = fetched ? Path::kImported : Path::kMapped;
       if (import.offset() + import.mapped_size() > pool->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its arena");
       }
       return MapHost(pool->fd.get(), import.offset(), import.mapped_size());
     }
     case v1::IMPORT_KIND_HOST_FD: {
+      if (auto cached = TakeCached(import)) {
+        *path = Path::kCached;
+        return std::make_unique<HostFdView>(std::move(cached), import.allocation_id());
+      }
       v1::FdRequest req;
       req.set_buffer_id(id);
       v1::FdGrant grant;
       UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
-      return MapHost(fd.get(), 0, import.mapped_size());  // the mapping outlives the fd
+      // The mapping outlives the fd.
+      return std::make_unique<HostFdView>(MapHostMemory(fd.get(), import.mapped_size()),
+                                          import.allocation_id());
     }
 #ifdef GPUBROKER_HAVE_CUDA
     case v1::IMPORT_KIND_CUDA_POOL:
       return MapCudaPoolBuffer(Region(import.region_id(), import.device_uuid())->cuda_pool,
                                FencePage(import), import);
     case v1::IMPORT_KIND_CUDA_ARENA: {
-      auto slab = Region(import.region_id(), import.device_uuid());
+      bool fetched = false;
+      auto slab = Region(import.region_id(), import.device_uuid(), &fetched);
+      *path = fetched ? Path::kImported : Path::kMapped;
       if (import.offset() + import.mapped_size() > slab->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its slab");
       }
@@ -196,10 +301,16 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
     }
     case v1::IMPORT_KIND_CUDA_VMM: {
       const uint64_t fences = FencePage(import);
+      if (auto cached = TakeCached(import)) {
+        *path = Path::kCached;
+        return MapCudaVmmBuffer(std::move(cached), fences, import);
+      }
       v1::FdRequest req;
       req.set_buffer_id(id);
       v1::FdGrant grant;
-      return MapCudaVmmBuffer(session_channel_->RequestFd(std::move(req), &grant), fences, import);
+      return MapCudaVmmBuffer(
+          ImportCudaVmm(session_channel_->RequestFd(std::move(req), &grant), import), fences,
+          import);
     }
 #else
     case v1::IMPORT_KIND_CUDA_POOL:

@@ -2,19 +2,25 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "client/src/fork_guard.h"
+#include "client/src/mapping_cache.h"
+#include "client/src/sub_allocator.h"
 #include "common/unique_fd.h"
 #include "common/wire/frame.h"
 #include "gpubroker/error.hpp"
@@ -25,10 +31,23 @@
 
 namespace gpubroker::detail {
 
+class DeviceArena;
+
+/// A block of one of this client's ranges that a client-made Buffer holds.
+struct LocalBlock {
+  DeviceArena* arena = nullptr;
+  SubAllocator::Block block;
+  uint64_t size = 0;          // bytes asked for
+  uint64_t fence_offset = 0;  // CUDA: the ready fence's word, in the block
+  uint64_t fence_value = 0;   // 0: none (host)
+};
+
 /// This process's view of one buffer's memory; unmaps on destruction.
 class Mapping {
  public:
   virtual ~Mapping() = default;
+  /// The block of a client-made buffer; null for the daemon's buffers.
+  virtual const LocalBlock* local_block() const { return nullptr; }
   virtual void* data() const = 0;
   /// Records the buffer's ready fence on `stream` (CUDA); nothing on the host,
   /// where a write is complete when it returns.
@@ -40,6 +59,12 @@ class Mapping {
   virtual void* ReadyStream() { return nullptr; }
   /// The CUDA ordinal of the buffer's device in this process; -1 on the host.
   virtual int device_ordinal() const { return -1; }
+  /// The daemon's id of the buffer's memory when it is memory of its own
+  /// that may serve a next buffer (ImportDescriptor.allocation_id); 0: none.
+  virtual uint64_t allocation_id() const { return 0; }
+  /// The mapped memory, for the mapping cache, once the work that uses the
+  /// buffer is complete (CUDA); null when it cannot outlive the buffer.
+  virtual std::unique_ptr<CachedMapping> TakeMemory() { return nullptr; }
 };
 
 /// The client end of session.sock: the session's lifeline, the channel on
@@ -56,6 +81,25 @@ class SessionChannel {
   ~SessionChannel();
 
   const v1::Welcome& welcome() const { return welcome_; }
+
+  /// Called with the blocks the daemon returns (just before an answer), with
+  /// this channel's lock held: it must not call the daemon.
+  void set_returned_handler(std::function<void(const v1::BlocksReturned&)> handler) {
+    on_returned_ = std::move(handler);
+  }
+  /// Called with the daemon's requests to unmap (they come unasked, within
+  /// a call or between calls), with this channel's lock held: it must not
+  /// call the daemon.
+  void set_unmap_handler(std::function<void(const v1::UnmapRequest&)> handler) {
+    on_unmap_ = std::move(handler);
+  }
+
+  /// Between calls: waits up to `timeout` for the daemon to send something
+  /// unasked, or for `wake_fd` to become readable, and hands what came to the
+  /// handlers. False once the session is over (the daemon closed it).
+  bool Poll(int wake_fd, std::chrono::milliseconds timeout);
+  /// Sends a frame that has no answer (Unmapped). Throws UnavailableError.
+  void Send(const v1::SessionFrame& frame);
 
   /// Asks for a pool's or a buffer's descriptor and waits for it. Throws the
   /// daemon's refusal as an Error.
@@ -99,6 +143,10 @@ class SessionChannel {
   std::condition_variable answered_;
   FrameDecoder decoder_;
   std::deque<UniqueFd> fds_;  // received, not yet matched to their FdGrant
+  std::function<void(const v1::BlocksReturned&)> on_returned_;
+  std::function<void(const v1::UnmapRequest&)> on_unmap_;
+  // A frame the daemon sends unasked: handed to its handler; false for others.
+  bool Unasked(const v1::SessionFrame& frame);
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, Slot*> slots_;
   bool reading_ = false;
@@ -125,17 +173,26 @@ struct ImportedRegion {
 
 class ClientImpl {
  public:
+  /// The paths that calls and maps take (ClientStats, the daemon's metrics).
+  enum class Path {
+    kClientMade,
+    kDaemonSession,
+    kDaemonGrpc,
+    kMapped,
+    kImported,
+    kOpenGrpc,
+    kCached,
+  };
+
   ClientImpl(std::string socket_dir, ConnectOptions options);
   ~ClientImpl();
 
   v1::Broker::Stub& stub() { return *stub_; }
   /// One data-path call on the session's connection, bounded by the call
-  /// timeout (`extra` on top: a waiting Open's own timeout).
+  /// timeout (`extra` on top: a waiting Open's own timeout); it carries this
+  /// client's counters.
   bool Call(v1::Call call, v1::Reply* reply,
-            std::chrono::milliseconds extra = std::chrono::milliseconds(0)) {
-    CheckProcess();
-    return session_channel_->Call(std::move(call), reply, options_.call_timeout + extra);
-  }
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0));
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
 
@@ -148,8 +205,23 @@ class ClientImpl {
   void Prepare(grpc::ClientContext& ctx,
                std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
 
-  /// Maps a buffer the daemon just granted (fetching and caching its region).
+  /// Maps a buffer the daemon just granted (fetching and caching its region,
+  /// or taking its memory's mapping from the mapping cache).
   std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id);
+
+  // The mapping cache (docs/fast-path.md, "Mappings that outlive buffers") --
+
+  /// Keeps the memory of a buffer whose handle goes mapped, for the next
+  /// buffer served from it; true when the cache took it (the release then
+  /// says keep_mapping). Mappings it let go to make room are unmapped and
+  /// the daemon is told.
+  bool KeepMapping(Mapping& mapping);
+  /// Unmaps everything the cache holds, and tells the daemon.
+  void EvictMappings();
+  MappingCache::Stats MappingCacheStats() const { return cache_.stats(); }
+  /// Answers the daemon's requests to unmap that have come: unmaps, then
+  /// says Unmapped.
+  void ServeUnmapRequests();
 
   const SessionInfo& session() const { return session_; }
   /// Allocations at or above this size go through gRPC (0: none do).
@@ -161,8 +233,41 @@ class ClientImpl {
   /// Throws the typed Error for a failed call.
   [[noreturn]] void Throw(const grpc::Status& status) const;
 
+  // Client-made buffers (client_ranges.cc; docs/fast-path.md) -------------
+
+  /// A buffer from this client's own allocator, described in `info`; null
+  /// when the daemon is to make this one.
+  std::unique_ptr<Mapping> AllocateLocal(uint64_t size, const AllocateOptions& options,
+                                         BufferInfo* info);
+  /// Makes a client-made buffer known to the daemon (one Publish frame).
+  BufferInfo Publish(const LocalBlock& block, const BufferInfo& info, bool seal);
+  /// A client-made buffer's block goes back: to the allocator when it was
+  /// never published, else into quarantine until the daemon returns it.
+  void FreeLocal(const LocalBlock& block, bool published);
+  void Trim();
+  /// Tells the daemon this client's counters (a Call with no request), and
+  /// hears of the blocks that came back.
+  void Report();
+  ClientStats Stats() const;
+  /// Maps a range that the daemon just leased; its address here
+  /// (`host_mapped`: an mmap of ours, to undo when it goes back).
+  uint64_t MapRange(const v1::LeaseRangeResponse& range, bool* host_mapped);
+
+  void Count(Path path);
+  /// With GPUBROKER_LOG=debug: a line per call on stderr, saying which path
+  /// it took ("allocate 4 KiB: client-made").
+  static bool DebugOn();
+  static void Debug(const std::string& line);
+
  private:
-  std::shared_ptr<ImportedRegion> Region(uint64_t region_id, const std::string& device_uuid);
+  /// A region of the session's tenant, fetched once; `fetched`: it was
+  /// fetched (and imported or mapped) now.
+  std::shared_ptr<ImportedRegion> Region(uint64_t region_id, const std::string& device_uuid,
+                                         bool* fetched = nullptr);
+  /// Map's work; `path`: how the memory came to be mapped.
+  std::unique_ptr<Mapping> MapMemory(const v1::ImportDescriptor& import, BufferId id, Path* path);
+  /// The mapping of the buffer's memory that the cache kept, if any.
+  std::unique_ptr<CachedMapping> TakeCached(const v1::ImportDescriptor& import);
   /// The mapped fence page that holds a CUDA buffer's fence word, or 0 when
   /// the word is inside the buffer.
   uint64_t FencePage(const v1::ImportDescriptor& import);
@@ -179,6 +284,37 @@ class ClientImpl {
 
   std::mutex regions_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<ImportedRegion>> regions_;
+
+  // Client-made buffers.
+  DeviceArena& ArenaFor(const std::string& device);
+  void OnBlocksReturned(const v1::BlocksReturned& returned);
+  void DrainReturned();
+  v1::ClientCounters Counters() const;
+
+  bool suballocate_ = false;
+  mutable std::mutex arenas_mu_;
+  std::map<std::string, std::unique_ptr<DeviceArena>> arenas_;  // by the device as asked
+  std::unordered_map<uint64_t, DeviceArena*> range_arena_;      // range id -> its arena
+  std::mutex returned_mu_;
+  std::vector<v1::BlocksReturned::Block> returned_;  // to hand back after the call
+  std::atomic<uint64_t> paths_[7] = {};
+  std::atomic<uint64_t> publishes_{0};
+
+  // The mapping cache, and the thread that hears the daemon's requests to
+  // unmap while the client makes no call (started with the first kept mapping).
+  static MappingCache::Options CacheOptions(const ConnectOptions& options);
+  void OnUnmapRequest(const v1::UnmapRequest& request);
+  void StartReader();
+  void StopReader();
+  void ReadUnasked();
+  void SendUnmapped(const std::vector<uint64_t>& ids);
+  MappingCache cache_;
+  std::mutex unmap_mu_;
+  std::vector<uint64_t> unmap_asked_;  // by the daemon, not yet answered
+  std::mutex reader_mu_;
+  std::thread reader_;
+  const UniqueFd reader_wake_;  // eventfd: work for the reader, or its stop
+  std::atomic<bool> reader_stop_{false};
 };
 
 /// True (and the id) when `name_or_id` is an id: all digits. Names never start
@@ -206,9 +342,16 @@ std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
 /// its fence word, or 0 when the word is inside the buffer.
 std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,
                                            const v1::ImportDescriptor& import);
-/// Imports, reserves, maps and opens access to a VMM buffer (descriptor consumed).
-std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
-                                          const v1::ImportDescriptor& import);
+/// A client-made buffer at `address` (its range is mapped already); its
+/// ready fence is the word at block.fence_offset.
+std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t address,
+                                           const std::string& device_uuid);
+/// Imports, reserves, maps and opens access to a VMM allocation (descriptor
+/// consumed): memory that may outlive its buffer in the mapping cache.
+std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescriptor& import);
+/// A VMM buffer over its mapped memory (imported now, or kept in the cache).
+std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
+                                          uint64_t fence_page, const v1::ImportDescriptor& import);
 #endif
 
 // Conversions to and from the wire (convert.cc).

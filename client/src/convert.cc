@@ -66,6 +66,7 @@ BufferInfo FromProto(const v1::BufferInfo& b) {
   info.owner_session = b.owner_session();
   info.created_unix_ms = b.created_unix_ms();
   info.backing = b.backing();
+  info.client_made = b.client_made();
   return info;
 }
 
@@ -79,7 +80,8 @@ BrokerStatus FromProto(const v1::StatusResponse& r) {
                          d.buffers(), d.compute_capability()});
   }
   for (const auto& t : r.tenants()) {
-    s.tenants.push_back({t.name(), t.quota_bytes(), t.used_bytes(), t.buffers(), t.sessions()});
+    s.tenants.push_back({t.name(), t.quota_bytes(), t.used_bytes(), t.buffers(), t.sessions(),
+                         t.range_bytes(), t.ranges()});
   }
   s.sessions = r.sessions();
   s.buffers = r.buffers();

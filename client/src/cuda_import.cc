@@ -136,17 +136,66 @@ class ArenaView final : public CudaMapping {
   }
 };
 
+// A client-made buffer in one of this client's ranges: nothing to unmap.
+class LocalArenaBlock final : public CudaMapping {
+ public:
+  LocalArenaBlock(int device, void* ptr, const v1::ImportDescriptor& fence, const LocalBlock& block)
+      : CudaMapping(device, ptr, 0, fence), block_(block) {}
+  ~LocalArenaBlock() override {
+    // As for a range of the daemon's arena: the work that uses the block
+    // completes before the block can be handed out again.
+    cuda::ScopedDevice on(device_);
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  }
+  const LocalBlock* local_block() const override { return &block_; }
+
+ private:
+  LocalBlock block_;
+};
+
+// A VMM allocation imported and mapped here: it may outlive the buffer that
+// brought it, in the mapping cache, for the next buffer served from it.
+class VmmMemory final : public CachedMapping {
+ public:
+  VmmMemory(int device, CUdeviceptr ptr, size_t size) : device_(device), ptr_(ptr), size_(size) {}
+  ~VmmMemory() override {
+    // CUDA does not work in a process made by fork(): left as the parent made it.
+    if (!ForkedSince(fork_generation_)) UnmapVmm(device_, ptr_, size_);
+  }
+  void* data() const override { return reinterpret_cast<void*>(ptr_); }
+  uint64_t size() const override { return size_; }
+
+ private:
+  const int device_;
+  const CUdeviceptr ptr_;
+  const size_t size_;
+  const uint64_t fork_generation_ = ForkGeneration();
+};
+
+// A buffer of memory of its own: a view of its VMM mapping, with its fence.
 class VmmView final : public CudaMapping {
  public:
-  VmmView(int device, CUdeviceptr ptr, size_t size, uint64_t fence_page,
+  VmmView(int device, std::unique_ptr<CachedMapping> memory, uint64_t fence_page,
           const v1::ImportDescriptor& import)
-      : CudaMapping(device, reinterpret_cast<void*>(ptr), fence_page, import), size_(size) {}
-  ~VmmView() override {
-    if (!forked()) UnmapVmm(device_, reinterpret_cast<CUdeviceptr>(ptr_), size_);
+      : CudaMapping(device, memory->data(), fence_page, import),
+        memory_(std::move(memory)),
+        allocation_id_(import.allocation_id()) {}
+
+  uint64_t allocation_id() const override { return allocation_id_; }
+  std::unique_ptr<CachedMapping> TakeMemory() override {
+    // What unmapping would wait for: the work that uses the buffer completes
+    // before its lease drops, and with it the daemon may serve the memory
+    // to the next buffer.
+    if (!forked()) {
+      cuda::ScopedDevice on(device_);
+      if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+    }
+    return std::move(memory_);
   }
 
  private:
-  size_t size_;
+  std::unique_ptr<CachedMapping> memory_;  // unmaps, unless the cache took it
+  const uint64_t allocation_id_;
 };
 
 }  // namespace
@@ -242,14 +291,28 @@ std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
                                      fence_page, import);
 }
 
-std::unique_ptr<Mapping> MapCudaVmmBuffer(UniqueFd fd, uint64_t fence_page,
-                                          const v1::ImportDescriptor& import) {
+std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t address,
+                                           const std::string& device_uuid) {
+  v1::ImportDescriptor fence;
+  fence.set_fence_offset(block.fence_offset);
+  fence.set_fence_value(block.fence_value);
+  return std::make_unique<LocalArenaBlock>(Ordinal(device_uuid), reinterpret_cast<void*>(address),
+                                           fence, block);
+}
+
+std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescriptor& import) {
   const int device = Ordinal(import.device_uuid());
   cuda::ScopedDevice on(device);
   if (!on.status().ok()) ThrowStatus(on.status());
   const size_t size = import.mapped_size();
   const CUdeviceptr ptr = MapVmm(std::move(fd), device, size);
-  return std::make_unique<VmmView>(device, ptr, size, fence_page, import);
+  return std::make_unique<VmmMemory>(device, ptr, size);
+}
+
+std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
+                                          uint64_t fence_page, const v1::ImportDescriptor& import) {
+  return std::make_unique<VmmView>(Ordinal(import.device_uuid()), std::move(memory), fence_page,
+                                   import);
 }
 
 }  // namespace gpubroker::detail

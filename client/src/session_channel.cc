@@ -1,3 +1,5 @@
+#include <poll.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -107,8 +109,12 @@ void SessionChannel::Dispatch(v1::SessionFrame frame) {
     if (frame.has_error()) {
       ended_by_ = frame.error();  // the session failed
       ended_ = absl::UnavailableError(frame.error().message());
+      return;
     }
-    return;  // nothing else is sent unasked
+    // Blocks that came back (just before the answer they travel with, so
+    // handled before its caller sees it) and requests to unmap.
+    Unasked(frame);
+    return;
   }
   auto it = slots_.find(id);
   if (it == slots_.end()) {
@@ -228,6 +234,58 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   if (slot.frame.has_error()) ThrowErrorFrame(slot.frame.error());
   if (fd != nullptr) *fd = std::move(slot.fd);
   return std::move(slot.frame);
+}
+
+bool SessionChannel::Unasked(const v1::SessionFrame& frame) {
+  if (frame.has_blocks_returned()) {
+    if (on_returned_) on_returned_(frame.blocks_returned());
+    return true;
+  }
+  if (frame.has_unmap_request()) {
+    if (on_unmap_) on_unmap_(frame.unmap_request());
+    return true;
+  }
+  return false;
+}
+
+bool SessionChannel::Poll(int wake_fd, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_.ok()) return false;
+  }
+  // Waits without the lock and without the reader's role: a call may run
+  // meanwhile and read what comes, its answer among it.
+  pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return true;
+  if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return true;
+  std::unique_lock lock(mu_);
+  if (!ended_.ok()) return false;
+  if (reading_ || !slots_.empty()) {
+    // A caller waits for an answer and reads (or is about to) for everyone,
+    // what came unasked among it: leave it the socket.
+    answered_.wait_for(lock, timeout);
+    return ended_.ok();
+  }
+  reading_ = true;
+  ReadSome(lock, std::chrono::milliseconds(0));
+  reading_ = false;
+  answered_.notify_all();
+  const bool orphans = !orphans_.empty();
+  const bool live = ended_.ok();
+  lock.unlock();
+  if (orphans) ReleaseOrphans();
+  return live;
+}
+
+void SessionChannel::Send(const v1::SessionFrame& frame) {
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_.ok()) ThrowEnded();
+  }
+  std::lock_guard send(send_mu_);
+  if (auto s = SendAll(fd_.get(), EncodeFrame(frame)); !s.ok()) {
+    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
+  }
 }
 
 UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {

@@ -27,7 +27,8 @@ nlohmann::json Json(const BufferInfo& b) {
                       {"leases", b.leases},
                       {"owner_session", b.owner_session},
                       {"created_unix_ms", b.created_unix_ms},
-                      {"backing", b.backing}};
+                      {"backing", b.backing},
+                      {"client_made", b.client_made}};
   j["tensor"] = b.tensor ? Json(*b.tensor) : nlohmann::json(nullptr);
   return j;
 }
@@ -91,7 +92,9 @@ std::string ToJson(const BrokerStatus& s) {
                        {"quota_bytes", t.quota_bytes},
                        {"used_bytes", t.used_bytes},
                        {"buffers", t.buffers},
-                       {"sessions", t.sessions}});
+                       {"sessions", t.sessions},
+                       {"range_bytes", t.range_bytes},
+                       {"ranges", t.ranges}});
   }
   nlohmann::json j = {
       {"version", s.version},
@@ -107,6 +110,35 @@ std::string ToJson(const BrokerStatus& s) {
       {"self",
        {{"session_id", s.self_session_id}, {"tenant", s.self_tenant}, {"admin", s.self_admin}}}};
   return j.dump();
+}
+
+std::string ToJson(const ClientStats& s) {
+  return nlohmann::json{{"allocations",
+                         {{"client_made", s.client_made},
+                          {"cache_hits", s.cache_hits},
+                          {"daemon_session", s.daemon_session},
+                          {"daemon_grpc", s.daemon_grpc},
+                          {"publishes", s.publishes}}},
+                        {"maps",
+                         {{"mapped", s.maps_mapped},
+                          {"imported", s.maps_imported},
+                          {"cached", s.maps_cached},
+                          {"opens_grpc", s.opens_grpc}}},
+                        {"mapping_cache",
+                         {{"hits", s.mapping_cache_hits},
+                          {"misses", s.mapping_cache_misses},
+                          {"evictions", s.mapping_cache_evictions},
+                          {"entries", s.mapping_cache_entries},
+                          {"mapped_bytes", s.mapping_cache_bytes}}},
+                        {"books",
+                         {{"ranges", s.ranges},
+                          {"range_bytes", s.range_bytes},
+                          {"in_use_blocks", s.in_use_blocks},
+                          {"in_use_bytes", s.in_use_bytes},
+                          {"cached_bytes", s.cached_bytes},
+                          {"free_bytes", s.free_bytes},
+                          {"quarantined_bytes", s.quarantined_bytes}}}}
+      .dump();
 }
 
 }  // namespace gpubroker

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/backend/kept_allocations.h"
 #include "daemon/backend/region_table.h"
 #include "daemon/backend/types.h"
 
@@ -34,6 +35,26 @@ struct AllocationRequest {
   // Shared across tenants: the memory must come with an fd of its own, so
   // that a descriptor handed to one tenant exposes no memory of another.
   bool isolated = false;
+  // The caller may wait (a gRPC thread): for a new VMM allocation, or for
+  // clients to unmap kept memory that must go. False on session.sock's one
+  // thread: such an allocation is refused with ABORTED, and the client
+  // asks again through gRPC.
+  bool may_wait = true;
+  // Serve it only from a kept allocation of the tenant's (session.sock, at or
+  // over QuickAllocationLimit: common/wire/routing.h); otherwise ABORTED.
+  bool kept_only = false;
+};
+
+class LeasedRange;
+
+/// A range of a tenant's arena for one session to carve buffers from.
+struct RangeRequest {
+  int device = 0;
+  std::string tenant;
+  uint64_t length = 0;  // a multiple of RangeGranularity()
+  // As AllocationRequest::may_wait: ranges are leased on session.sock, whose
+  // thread may not wait for clients to unmap memory that must make room.
+  bool may_wait = false;
 };
 
 /// A source of device memory: host (memfd arenas) or cuda (arena slabs,
@@ -73,6 +94,22 @@ class Backend {
   /// may take the time a new VMM allocation takes (over 0.1 s at 40 GiB).
   virtual uint64_t QuickAllocationLimit() const { return UINT64_MAX; }
 
+  // Range leases (docs/fast-path.md) ---------------------------------------
+
+  /// The largest range this backend leases on `device`; 0: none.
+  virtual uint64_t RangeLimit(int /*device*/) const { return 0; }
+  /// Ranges are multiples of this, and so are their offsets in their region.
+  virtual uint64_t RangeGranularity(int /*device*/) const { return 4096; }
+  /// A range of the tenant's arena; RESOURCE_EXHAUSTED when there is no room.
+  /// (The default leases none: UNIMPLEMENTED.)
+  virtual absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req);
+
+  // Kept allocations and the clients' mappings of them (docs/fast-path.md) ---
+
+  /// Who keeps allocations mapped (the registry); set once, before serving.
+  virtual void SetMappingHolders(MappingHolders* /*holders*/) {}
+  /// The last session that kept `id` mapped has unmapped it (or ended).
+  virtual void AllocationUnheld(AllocationId /*id*/) {}
   /// Whether an allocation of `size` makes memory with a descriptor of its own
   /// (which the daemon holds while the buffer lives) rather than a range of a
   /// tenant's pool: shares across tenants always do, and on the CUDA backends

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 
@@ -16,6 +17,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
+#include "daemon/backend/leased_range.h"
 #include "daemon/backend/range_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -142,33 +144,73 @@ class ArenaBuffer final : public BackendBuffer {
   ImportInfo info_;
 };
 
-// A buffer with a memfd of its own (shared across tenants).
-class IsolatedBuffer final : public BackendBuffer, public ExportedRegion {
+// A memfd of a buffer's own: kept, when its buffer goes, for the tenant's
+// next buffer of its size. Counts in Usage while it lives.
+class OwnMemfd final : public KeptAllocations::Memory {
  public:
-  IsolatedBuffer(UniqueFd fd, CapacityGuard::Claim claim,
-                 std::shared_ptr<HostBackend::OwnMemfds> registry)
-      : fd_(std::move(fd)), claim_(std::move(claim)), own_memfds_(std::move(registry)) {
-    info_.kind = ImportKind::kHostFd;
-    info_.mapped_size = claim_.bytes();
-    info_.device_uuid = "host";
+  OwnMemfd(UniqueFd fd, uint64_t size, std::shared_ptr<HostBackend::OwnMemfds> registry)
+      : fd_(std::move(fd)), size_(size), own_memfds_(std::move(registry)) {
     own_memfds_->Add(this, fd_.get());
   }
-  ~IsolatedBuffer() override { own_memfds_->Remove(this); }
+  ~OwnMemfd() override { own_memfds_->Remove(this); }
+  uint64_t size() const override { return size_; }
+  int fd() const { return fd_.get(); }
+
+ private:
+  UniqueFd fd_;
+  uint64_t size_;
+  std::shared_ptr<HostBackend::OwnMemfds> own_memfds_;
+};
+
+// A buffer with a memfd of its own: shared across tenants (never kept: it
+// exposes nothing of another tenant's), or large (kept for its tenant, with
+// its allocation id, so that clients that kept it mapped find it again).
+class OwnBuffer final : public BackendBuffer, public ExportedRegion {
+ public:
+  OwnBuffer(std::unique_ptr<OwnMemfd> memory, CapacityGuard::Claim claim, AllocationId id,
+            std::string keep_for, std::shared_ptr<KeptAllocations> kept,
+            std::shared_ptr<CapacityGuard> lent)
+      : memory_(std::move(memory)),
+        claim_(std::move(claim)),
+        keep_for_(std::move(keep_for)),
+        kept_(std::move(kept)),
+        lent_(std::move(lent)) {
+    info_.kind = ImportKind::kHostFd;
+    info_.mapped_size = memory_->size();
+    info_.device_uuid = "host";
+    info_.allocation_id = id;
+  }
+  ~OwnBuffer() override {
+    const uint64_t size = memory_->size();
+    claim_ = CapacityGuard::Claim();  // what is lent without this buffer decides below
+    // Kept while the pool has room for it beside what is lent; otherwise
+    // released, once no client maps it any more (they are asked to unmap).
+    if (!keep_for_.empty() && lent_->used() + kept_->bytes() + size <= lent_->capacity()) {
+      kept_->Keep(keep_for_, info_.allocation_id, std::move(memory_));
+    } else {
+      kept_->Retire(info_.allocation_id, std::move(memory_));
+    }
+  }
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
   const ImportInfo& import_info() const override { return info_; }
   const ExportedRegion* own_region() const override { return this; }
   absl::StatusOr<FdGrant> Export() const override {
-    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd copy, DupFd(fd_.get()));
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd copy, DupFd(memory_->fd()));
     return FdGrant{std::move(copy), FdKind::kHostBuffer, info_.mapped_size, "host"};
   }
 
  private:
-  UniqueFd fd_;
+  std::unique_ptr<OwnMemfd> memory_;
   CapacityGuard::Claim claim_;
-  std::shared_ptr<HostBackend::OwnMemfds> own_memfds_;
+  std::string keep_for_;
+  std::shared_ptr<KeptAllocations> kept_;
+  std::shared_ptr<CapacityGuard> lent_;
   ImportInfo info_;
 };
+
+// How long an allocation waits for clients to unmap kept memory it needs.
+constexpr auto kDrainWait = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -182,11 +224,13 @@ absl::StatusOr<UniqueFd> CreateSealedMemfd(const std::string& name, uint64_t siz
   return fd;
 }
 
-HostBackend::HostBackend(uint64_t capacity)
+HostBackend::HostBackend(uint64_t capacity, uint64_t own_memfd_threshold)
     : capacity_(capacity),
+      own_memfd_threshold_(own_memfd_threshold),
       page_size_(static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))),
       lent_(std::make_shared<CapacityGuard>(capacity, "host pool")),
-      own_memfds_(std::make_shared<OwnMemfds>()) {
+      own_memfds_(std::make_shared<OwnMemfds>()),
+      kept_(std::make_shared<KeptAllocations>()) {
   struct sysinfo si {};
   uint64_t total = 0;
   if (::sysinfo(&si) == 0) total = static_cast<uint64_t>(si.totalram) * si.mem_unit;
@@ -222,10 +266,17 @@ absl::StatusOr<std::shared_ptr<HostBackend::Arena>> HostBackend::ArenaFor(
   return arena;
 }
 
+absl::Status HostBackend::MakeRoom(uint64_t bytes, bool may_wait) {
+  return kept_->MakeRoom(lent_->used(), bytes, capacity_, may_wait, kDrainWait, "the host pool");
+}
+
 absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const AllocationRequest& req) {
-  GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim,
-                             lent_->Take(RoundedSize(req.device, req.size, req.isolated)));
-  if (req.isolated) return AllocateIsolated(std::move(claim));
+  const uint64_t bytes = RoundedSize(req.device, req.size, req.isolated);
+  if (req.isolated || req.size >= own_memfd_threshold_) {
+    return AllocateOwn(req);
+  }
+  GPUBROKER_RETURN_IF_ERROR(MakeRoom(bytes, req.may_wait));
+  GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, lent_->Take(bytes));
   GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<Arena> arena, ArenaFor(req.tenant));
   uint64_t largest = 0;
   const std::optional<uint64_t> offset = arena->Take(claim.bytes(), &largest);
@@ -237,10 +288,82 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
   return std::make_unique<ArenaBuffer>(std::move(arena), std::move(claim), *offset);
 }
 
-absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateIsolated(
-    CapacityGuard::Claim claim) {
-  GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, CreateSealedMemfd("gpubroker:shared", claim.bytes()));
-  return std::make_unique<IsolatedBuffer>(std::move(fd), std::move(claim), own_memfds_);
+uint64_t HostBackend::RangeLimit(int /*device*/) const {
+  // A quarter of the capacity, so that one client's ranges leave room for
+  // others; at most 2 GiB, as the GPU arena's slabs are.
+  return std::min<uint64_t>(uint64_t{2} << 30, capacity_ / 4 / page_size_ * page_size_);
+}
+
+absl::StatusOr<std::unique_ptr<LeasedRange>> HostBackend::LeaseRange(const RangeRequest& req) {
+  const uint64_t length = RoundUp(req.length, page_size_);
+  GPUBROKER_RETURN_IF_ERROR(MakeRoom(length, req.may_wait));
+  GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, lent_->Take(length));
+  GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<Arena> arena, ArenaFor(req.tenant));
+  uint64_t largest = 0;
+  const std::optional<uint64_t> offset = arena->Take(length, &largest);
+  if (!offset) {
+    return OutOfMemoryRefusal(StrCat("host pool of tenant '", req.tenant,
+                                     "' fragmented: a range of ", length,
+                                     " bytes, largest free range ", largest));
+  }
+  ImportInfo info;
+  info.kind = ImportKind::kHostArena;
+  info.region_id = arena->id();
+  info.offset = *offset;
+  info.mapped_size = length;
+  info.device_uuid = "host";
+  // The range's claim on the capacity shrinks as its spans come back.
+  struct Held {
+    absl::Mutex mu;
+    CapacityGuard::Claim claim ABSL_GUARDED_BY(mu);
+  };
+  auto held = std::make_shared<Held>();
+  {
+    absl::MutexLock lock(&held->mu);
+    held->claim = std::move(claim);
+  }
+  // A span that comes back is punched out (its pages return to the kernel,
+  // and the next buffer there starts zeroed) before it can be handed out again.
+  auto free_span = [arena, held, base = *offset](uint64_t at, uint64_t size) {
+    PunchHole(arena->fd(), base + at, size);
+    arena->Give(base + at, size);
+    absl::MutexLock lock(&held->mu);
+    held->claim.Resize(held->claim.bytes() - size);
+  };
+  return std::make_unique<LeasedRange>(std::move(info), std::move(free_span), page_size_);
+}
+
+absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateOwn(
+    const AllocationRequest& req) {
+  const uint64_t size = RoundUp(req.size, page_size_);
+  // A buffer shared across tenants is never kept: another tenant held its fd.
+  const std::string keep_for = req.isolated ? std::string() : req.tenant;
+  if (!keep_for.empty()) {
+    if (auto kept = kept_->Take(keep_for, size)) {
+      // The same memory, with its id: clients that kept it mapped find it so.
+      auto claim = lent_->Take(size);
+      if (!claim.ok()) {
+        kept_->Keep(keep_for, kept->first, std::move(kept->second));
+        return claim.status();
+      }
+      std::unique_ptr<OwnMemfd> memory(static_cast<OwnMemfd*>(kept->second.release()));
+      return std::make_unique<OwnBuffer>(std::move(memory), *std::move(claim), kept->first,
+                                         keep_for, kept_, lent_);
+    }
+    if (req.kept_only) {
+      return AskThroughGrpc(
+          StrCat("no kept memfd of ", FormatBytes(size), " for tenant '", req.tenant, "'"));
+    }
+  }
+  GPUBROKER_RETURN_IF_ERROR(MakeRoom(size, req.may_wait));
+  GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, lent_->Take(size));
+  GPUBROKER_ASSIGN_OR_RETURN(
+      UniqueFd fd,
+      CreateSealedMemfd(keep_for.empty() ? "gpubroker:shared" : "gpubroker:own", size));
+  auto memory = std::make_unique<OwnMemfd>(std::move(fd), size, own_memfds_);
+  const AllocationId id = keep_for.empty() ? 0 : NewAllocationId();
+  return std::make_unique<OwnBuffer>(std::move(memory), std::move(claim), id, keep_for, kept_,
+                                     lent_);
 }
 
 absl::StatusOr<FdGrant> HostBackend::ExportRegion(RegionId region, std::string_view tenant) {
@@ -258,6 +381,8 @@ DeviceUsage HostBackend::Usage(int /*device*/) const {
   }
   for (const auto& arena : arenas) u.reserved_bytes += AllocatedBytes(arena->fd());
   own_memfds_->ForEach([&](int fd) { u.reserved_bytes += AllocatedBytes(fd); });
+  u.kept_bytes = kept_->bytes();
+  u.unmapping_bytes = kept_->draining_bytes();
   u.free_bytes = MemAvailable();
   return u;
 }

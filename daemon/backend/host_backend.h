@@ -22,10 +22,16 @@ namespace gpubroker {
 ///
 /// The memfds are sealed against shrinking and growing: a client holding the
 /// descriptor cannot truncate memory out from under the other mappers.
+///
+/// A buffer at or over `own_memfd_threshold` gets a memfd of its own too, as
+/// a large GPU buffer gets a VMM allocation of its own: when it is freed the
+/// memfd is kept (pages and all) for its tenant's next buffer of the same
+/// size, and clients may keep it mapped (docs/fast-path.md, "Mappings that
+/// outlive buffers"), so that both backends behave alike.
 class HostBackend final : public Backend {
  public:
   /// `capacity`: bytes that all buffers together may take.
-  explicit HostBackend(uint64_t capacity);
+  explicit HostBackend(uint64_t capacity, uint64_t own_memfd_threshold = UINT64_MAX);
   ~HostBackend() override;
 
   std::string_view name() const override { return "host"; }
@@ -34,19 +40,30 @@ class HostBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req) override;
   absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) override;
   DeviceUsage Usage(int device) const override;
+  uint64_t RangeLimit(int device) const override;
+  uint64_t RangeGranularity(int /*device*/) const override { return page_size_; }
+  absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req) override;
+  uint64_t QuickAllocationLimit() const override { return own_memfd_threshold_; }
+  void SetMappingHolders(MappingHolders* holders) override { kept_->set_holders(holders); }
+  void AllocationUnheld(AllocationId id) override { kept_->Unheld(id); }
 
   class Arena;      // one tenant's memfd and its range allocator
-  class OwnMemfds;  // the memfds of buffers shared across tenants, for Usage
+  class OwnMemfds;  // the memfds of buffers with one of their own, for Usage
 
  private:
   absl::StatusOr<std::shared_ptr<Arena>> ArenaFor(const std::string& tenant);
-  absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateIsolated(CapacityGuard::Claim claim);
+  /// A buffer with a memfd of its own (shared across tenants, or large).
+  absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateOwn(const AllocationRequest& req);
+  /// Room for `bytes` more in the pool beside the kept memfds (KeptAllocations::MakeRoom).
+  absl::Status MakeRoom(uint64_t bytes, bool may_wait);
 
   const uint64_t capacity_;
+  const uint64_t own_memfd_threshold_;
   const uint64_t page_size_;
   std::vector<DeviceInfo> devices_;
   std::shared_ptr<CapacityGuard> lent_;
   std::shared_ptr<OwnMemfds> own_memfds_;
+  std::shared_ptr<KeptAllocations> kept_;  // freed memfds of their own, for the next buffer
   RegionTable regions_;
 
   mutable absl::Mutex mu_;

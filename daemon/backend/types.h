@@ -31,6 +31,11 @@ struct DeviceUsage {
   uint64_t used_bytes = 0;      // held by live buffers
   uint64_t free_bytes = 0;      // free on the device as the driver/OS reports it
   uint64_t zeroed_bytes = 0;    // since start: zeroed before being lent to a new tenant
+  // Of reserved_bytes: freed allocations kept for their tenant's next buffer
+  // of the size, and of those, the ones clients still map (they were asked
+  // to unmap them; the memory is freed once they have).
+  uint64_t kept_bytes = 0;
+  uint64_t unmapping_bytes = 0;
 };
 
 /// How a client maps a buffer into its address space.
@@ -55,6 +60,10 @@ struct ImportInfo {
   RegionId fence_region_id = 0;
   uint64_t fence_offset = 0;
   uint64_t fence_value = 0;
+  // A buffer with memory of its own that the daemon may keep for the next
+  // buffer of its size: the id of that memory (the same for every buffer it
+  // serves), which clients key their kept mappings by; 0: none.
+  uint64_t allocation_id = 0;
 };
 
 /// What travels with a descriptor on session.sock.

@@ -134,7 +134,9 @@ const std::vector<OptionSpec> kOptions = {
        return SetString(o.pool_bytes, Trim(v));
      }},
     {"vmm-threshold", "GPUBROKER_VMM_THRESHOLD", "vmm_threshold", "SIZE", "2GiB",
-     "GPU buffers this large or larger are VMM allocations (so are cross-tenant shares).",
+     "Buffers this large or larger get memory of their own (GPU: a VMM allocation; host: a "
+     "memfd), kept when freed for the tenant's next buffer of the size, and clients may keep "
+     "it mapped; shares across tenants get memory of their own too.",
      [](DaemonOptions& o, std::string_view v) -> absl::Status {
        GPUBROKER_ASSIGN_OR_RETURN(auto bytes, ParseBytes(v));
        o.vmm_threshold = bytes;

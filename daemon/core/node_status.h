@@ -12,6 +12,27 @@ namespace gpubroker {
 class Backend;
 class Registry;
 
+/// What a client says its own allocator and calls did (docs/fast-path.md):
+/// totals since its session began, and gauges as of its last call.
+struct ClientCounters {
+  uint64_t allocations = 0;  // client-made buffers
+  uint64_t in_use_blocks = 0;
+  uint64_t in_use_bytes = 0;
+  uint64_t range_bytes = 0;
+  uint64_t cache_hits = 0;
+  uint64_t daemon_allocations = 0;  // buffers the daemon made, asked on session.sock
+  uint64_t grpc_allocations = 0;    // ... through gRPC
+  uint64_t opens_arena = 0;         // maps of memory mapped already
+  uint64_t opens_cached = 0;        // maps served by the mapping cache
+  uint64_t opens_import = 0;        // maps that imported anew
+  uint64_t opens_grpc = 0;          // opens that went through gRPC
+  // The mapping cache: maps of memory of its own that it did not have (its
+  // hits are opens_cached), mappings it let go; bytes it maps now (a gauge).
+  uint64_t mapping_cache_misses = 0;
+  uint64_t mapping_cache_evictions = 0;
+  uint64_t mapping_cache_bytes = 0;
+};
+
 /// What the node holds right now: one value, built by one collector, that the
 /// Status call (and with it the CLI) and the metrics report.
 struct NodeStatus {
@@ -23,9 +44,12 @@ struct NodeStatus {
   struct Tenant {
     std::string name;
     uint64_t quota_bytes = 0;  // 0: unlimited
-    uint64_t used_bytes = 0;
+    uint64_t used_bytes = 0;   // charged: ranges, buffers of the daemon's, orphaned blocks
     uint32_t buffers = 0;
     uint32_t sessions = 0;
+    uint64_t range_bytes = 0;  // of used_bytes: the ranges its clients lease
+    uint32_t ranges = 0;
+    ClientCounters clients;  // totals of its sessions, ended ones too; gauges of the live ones
   };
   /// Buffers and bytes of one tenant on one device.
   struct Cell {

@@ -16,26 +16,11 @@
 
 namespace gpubroker {
 
+using registry_internal::BackingName;
 using registry_internal::SessionEnded;
 using registry_internal::ShuttingDown;
 
 namespace {
-
-std::string BackingName(ImportKind kind) {
-  switch (kind) {
-    case ImportKind::kHostArena:
-      return "host-arena";
-    case ImportKind::kHostFd:
-      return "host-fd";
-    case ImportKind::kCudaPool:
-      return "cuda-pool";
-    case ImportKind::kCudaVmm:
-      return "cuda-vmm";
-    case ImportKind::kCudaArena:
-      return "cuda-arena";
-  }
-  return "unknown";
-}
 
 // Unix ms at which a TTL that starts at `now` passes, without signed overflow
 // (ttl_ms is at most kMaxTtlMs, checked before this is called).
@@ -131,8 +116,18 @@ uint64_t Registry::MaybeDestroy(BufferId id, Graveyard& dead) {
   if (it == buffers_.end()) return 0;
   Buffer& b = it->second;
   if (!b.freed || b.view.leases > 0) return 0;
-  const uint64_t bytes = b.view.reserved_size;
+  const uint64_t bytes = b.charged ? b.view.reserved_size : 0;
   books_.ReleaseBuffer(b.view.tenant, bytes, b.owns_descriptor);
+  if (b.range != 0) {
+    // A published block of a live range: its bytes are the range's again,
+    // and the range's client may reuse them once it is told.
+    if (auto r = ranges_.find(b.range); r != ranges_.end()) {
+      r->second.published.erase(id);
+      if (Session* owner = FindSession(r->second.session)) {
+        owner->returned.push_back({b.range, b.range_offset, b.view.reserved_size});
+      }
+    }
+  }
   dead.push_back(std::move(b.memory));
   buffers_.erase(it);
   return bytes;
@@ -194,6 +189,8 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   req.tenant = tenant;
   req.size = p.size;
   req.isolated = !share_with.empty();
+  req.may_wait = p.may_wait;
+  req.kept_only = p.kept_only;
   auto memory = backend_.Allocate(req);
 
   Graveyard dead;
@@ -289,7 +286,7 @@ absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
   return b->view;
 }
 
-absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
+absl::Status Registry::Release(SessionId session_id, BufferId id, bool free, bool keep_mapping) {
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   Session* s = FindSession(session_id);  // also during shutdown: a release only gives back
@@ -306,8 +303,75 @@ absl::Status Registry::Release(SessionId session_id, BufferId id, bool free) {
   if (--lease->second == 0) s->leases.erase(lease);
   b.view.leases--;
   if (free) MarkFreed(b);
+  // Recorded before the memory can go (MaybeDestroy): the backend, keeping
+  // or freeing it, finds this session among its holders.
+  if (const AllocationId a = b.memory->import_info().allocation_id; keep_mapping && a != 0) {
+    s->mapped.insert(a);
+    mapped_by_[a].insert(session_id);
+  }
   MaybeDestroy(id, dead);
   return absl::OkStatus();
+}
+
+// Mappings that outlive buffers ---------------------------------------------
+
+bool Registry::Unmap(SessionId s, AllocationId id) {
+  auto it = mapped_by_.find(id);
+  if (it == mapped_by_.end()) return false;
+  it->second.erase(s);
+  if (!it->second.empty()) return false;
+  mapped_by_.erase(it);
+  return true;
+}
+
+void Registry::Unmapped(SessionId session_id, const std::vector<AllocationId>& ids) {
+  std::vector<AllocationId> unheld;
+  {
+    absl::MutexLock lock(&mu_);
+    Session* s = FindSession(session_id);
+    if (s == nullptr) return;
+    for (AllocationId id : ids) {
+      // Only what this session said it keeps: another's holds are not its to drop.
+      if (s->mapped.erase(id) == 0) continue;
+      if (Unmap(session_id, id)) unheld.push_back(id);
+    }
+  }
+  for (AllocationId id : unheld) backend_.AllocationUnheld(id);
+}
+
+std::vector<std::pair<SessionId, std::vector<AllocationId>>> Registry::TakeUnmapRequests() {
+  std::vector<std::pair<SessionId, std::vector<AllocationId>>> out;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, s] : sessions_) {
+    if (s.unmap_asked.empty()) continue;
+    out.emplace_back(id, std::move(s.unmap_asked));
+    s.unmap_asked.clear();
+  }
+  return out;
+}
+
+void Registry::set_unmap_notifier(std::function<void()> notify) {
+  absl::MutexLock lock(&mu_);
+  unmap_notifier_ = std::move(notify);
+}
+
+bool Registry::Held(AllocationId id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return mapped_by_.contains(id);
+}
+
+void Registry::AskToUnmap(AllocationId id) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = mapped_by_.find(id);
+    if (it == mapped_by_.end()) return;
+    for (SessionId holder : it->second) {
+      if (Session* s = FindSession(holder)) s->unmap_asked.push_back(id);
+    }
+    notify = unmap_notifier_;
+  }
+  if (notify) notify();
 }
 
 absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey& key) {
@@ -441,13 +505,29 @@ void Registry::AddBooksTo(NodeStatus& status) const {
   status.waiting_opens = static_cast<uint32_t>(waits_.size());
   status.totals = totals_;
   status.tenants = books_.Tally();
+  // Gauges of the clients' own books: what the live sessions last reported.
+  for (auto& t : status.tenants) {
+    for (const auto& [id, s] : sessions_) {
+      if (s.view.tenant != t.name) continue;
+      t.clients.in_use_blocks += s.counters.in_use_blocks;
+      t.clients.in_use_bytes += s.counters.in_use_bytes;
+      t.clients.range_bytes += s.counters.range_bytes;
+      t.clients.mapping_cache_bytes += s.counters.mapping_cache_bytes;
+    }
+  }
   absl::flat_hash_map<std::pair<int, std::string>, NodeStatus::Cell> cells;
   for (const auto& [id, b] : buffers_) {
     NodeStatus::Cell& c = cells[{b.view.device, b.view.tenant}];
     c.device = b.view.device;
     c.tenant = b.view.tenant;
     c.buffers++;
-    c.bytes += b.view.reserved_size;
+    if (b.charged) c.bytes += b.view.reserved_size;  // else its range holds its bytes
+  }
+  for (const auto& [id, r] : ranges_) {
+    NodeStatus::Cell& c = cells[{r.device, r.tenant}];
+    c.device = r.device;
+    c.tenant = r.tenant;
+    c.bytes += r.length;
   }
   status.cells.clear();
   for (auto& [key, c] : cells) status.cells.push_back(std::move(c));

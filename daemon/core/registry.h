@@ -18,6 +18,7 @@
 #include "common/token.h"
 #include "common/unix_socket.h"
 #include "daemon/backend/backend.h"
+#include "daemon/backend/leased_range.h"
 #include "daemon/core/name_table.h"
 #include "daemon/core/node_status.h"
 #include "daemon/core/tenant_books.h"
@@ -27,6 +28,7 @@
 
 namespace gpubroker {
 
+using RangeId = uint64_t;
 /// The longest TTL a buffer may have (ten years). Longer ones are refused with
 /// INVALID_ARGUMENT rather than saturated: a TTL that large is a mistake (or an
 /// attempt to wrap the expiry time), and a buffer meant to stay uses `keep`.
@@ -57,7 +59,8 @@ struct BufferView {
   uint32_t leases = 0;
   SessionId owner_session = 0;
   int64_t created_unix_ms = 0;
-  std::string backing;  // "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+  std::string backing;       // "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+  bool client_made = false;  // a published block of its owner's range
 };
 
 /// A lease granted by Allocate or Open, with what the client needs to map it.
@@ -74,6 +77,11 @@ struct AllocateParams {
   bool keep = false;
   uint64_t ttl_ms = 0;  // 0: none; at most kMaxTtlMs
   std::vector<std::string> share_with;
+  // What the transport allows (not the request's): session.sock's one thread
+  // may not wait, and at or over the quick allocation limit it is served
+  // only from a kept allocation (common/wire/routing.h).
+  bool may_wait = true;
+  bool kept_only = false;
 };
 
 /// Which buffer: by id when id != 0, else by name.
@@ -108,13 +116,49 @@ enum class SessionEnd {
   kShutdown,  // the daemon is stopping (not counted)
 };
 
+/// A range lease asked for (docs/fast-path.md).
+struct RangeParams {
+  std::string device;  // UUID or ordinal; empty: the first device
+  uint64_t min_bytes = 0;
+  uint64_t want_bytes = 0;
+};
+
+/// A range granted: charged to the tenant as a whole.
+struct RangeGrant {
+  RangeId id = 0;
+  uint64_t length = 0;
+  ImportInfo import;  // the whole range
+};
+
+/// A block of a session's range that becomes a buffer of the books.
+struct PublishParams {
+  RangeId range = 0;
+  uint64_t offset = 0;
+  uint64_t reserved = 0;  // bytes of the block
+  uint64_t size = 0;      // bytes asked for
+  std::string name;
+  std::optional<TensorDesc> tensor;
+  bool seal = false;
+  uint64_t fence_offset = 0;
+  uint64_t fence_value = 0;
+};
+
+/// A published block whose last lease dropped: its range's owner may reuse it.
+struct ReturnedBlock {
+  RangeId range = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
 /// What ending a session gave back.
 struct SessionEndReport {
   SessionView session;
   uint32_t leases_dropped = 0;
   uint32_t buffers_freed = 0;      // owned, not kept: freed by the session's end
   uint32_t buffers_destroyed = 0;  // memory actually returned now
-  uint64_t reclaimed_bytes = 0;    // bytes of those
+  uint64_t reclaimed_bytes = 0;    // bytes of those, and of its ranges
+  uint32_t ranges_returned = 0;
+  uint64_t bytes_kept_for_others = 0;  // published blocks that other sessions still hold
 };
 
 struct ExpiryReport {
@@ -135,16 +179,21 @@ struct ExpiryReport {
 ///  * a tenant's bytes (rounded as the backend rounds them) never exceed its
 ///    quota.
 ///
+/// It also knows which sessions keep which allocations mapped after their
+/// buffers went (ReleaseRequest.keep_mapping): the backend asks it before it
+/// truly frees such memory, and it asks those sessions to unmap
+/// (MappingHolders; the session server sends the requests).
+///
 /// Thread-safe. One mutex guards the books; it is never held across a backend
 /// call, a socket write or an RPC: memory is taken before a buffer is entered
 /// and given back after it has been removed, outside the lock.
-class Registry {
+class Registry final : public MappingHolders {
  public:
   using Clock = std::function<int64_t()>;  // unix time in ms
 
   Registry(Backend& backend, TenantDirectory tenants, Clock clock = {}, TenantLimits limits = {},
            WaitLimits waits = {});
-  ~Registry();
+  ~Registry() override;
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
@@ -180,9 +229,39 @@ class Registry {
   absl::StatusOr<BufferGrant> Open(SessionId session, const BufferKey& key,
                                    const OpenParams& params);
   absl::StatusOr<BufferView> Seal(SessionId session, BufferId id);
-  absl::Status Release(SessionId session, BufferId id, bool free);
+  /// `keep_mapping`: the session keeps its mapping of the buffer's memory
+  /// (its allocation id) after the lease drops; it is asked to unmap before
+  /// that memory is truly freed.
+  absl::Status Release(SessionId session, BufferId id, bool free, bool keep_mapping = false);
   absl::StatusOr<BufferView> Free(SessionId session, const BufferKey& key);
   std::vector<BufferView> List(SessionId session) const;
+
+  // Ranges and client-made buffers (session.sock; docs/fast-path.md) --------
+
+  /// A range of the tenant's arena, charged to its quota as a whole.
+  absl::StatusOr<RangeGrant> LeaseRange(SessionId session, const RangeParams& params);
+  /// Gives a range back; its published blocks that others hold stay.
+  absl::Status ReturnRange(SessionId session, RangeId range);
+  /// Makes a block of the session's range a buffer (sealed at once with `seal`).
+  absl::StatusOr<BufferGrant> Publish(SessionId session, const PublishParams& params);
+  /// The session's blocks returned since the last call (its client reuses them).
+  std::vector<ReturnedBlock> TakeReturnedBlocks(SessionId session);
+  /// Records what the session's client says it did; the increments of its
+  /// totals since its last report (for the metrics' counters).
+  ClientCounters RecordCounters(SessionId session, const ClientCounters& counters);
+
+  // Mappings that outlive buffers (docs/fast-path.md) ----------------------
+
+  /// The session no longer maps these allocations (it was asked to, or its
+  /// cache let them go); memory that waited for it may be freed now.
+  void Unmapped(SessionId session, const std::vector<AllocationId>& ids);
+  /// Requests to unmap, by session, since the last call; the caller sends them.
+  std::vector<std::pair<SessionId, std::vector<AllocationId>>> TakeUnmapRequests();
+  /// Called (outside the lock) when requests to unmap are waiting to be taken.
+  void set_unmap_notifier(std::function<void()> notify);
+  // MappingHolders: the backend asks, outside the registry's lock.
+  bool Held(AllocationId id) const override;
+  void AskToUnmap(AllocationId id) override;
 
   // Descriptors (session.sock) ---------------------------------------------
 
@@ -233,6 +312,11 @@ class Registry {
     absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
     absl::flat_hash_set<BufferId> owned;
     absl::flat_hash_set<RegionId> regions;  // whose descriptors it received
+    absl::flat_hash_set<RangeId> ranges;
+    std::vector<ReturnedBlock> returned;       // not yet told to the client
+    ClientCounters counters;                   // as last reported
+    absl::flat_hash_set<AllocationId> mapped;  // kept mapped after their buffers went
+    std::vector<AllocationId> unmap_asked;     // requests to unmap, not yet sent
   };
   struct Buffer {
     BufferView view;
@@ -240,6 +324,19 @@ class Registry {
     bool in_expiries = false;      // {view.expires_unix_ms, id} is in expiries_
     bool owns_descriptor = false;  // counted as such in the books
     std::shared_ptr<BackendBuffer> memory;
+    // A client-made buffer: its range while that lives (its bytes are the
+    // range's, charged with it), and its offset there.
+    RangeId range = 0;
+    uint64_t range_offset = 0;
+    bool charged = true;  // its reserved bytes count in its tenant's books by themselves
+  };
+  struct Range {
+    SessionId session = 0;
+    std::string tenant;
+    int device = 0;
+    uint64_t length = 0;
+    std::unique_ptr<LeasedRange> memory;
+    absl::flat_hash_set<BufferId> published;  // live buffers carved from it
   };
   // One attempt at an Open: the grant, or why not and whether waiting may
   // change that. What a waiter, wherever it waits, retries.
@@ -247,7 +344,13 @@ class Registry {
     absl::StatusOr<BufferGrant> result;
     bool may_wait = false;
   };
-  using Graveyard = std::vector<std::shared_ptr<BackendBuffer>>;
+  // Destroyed after the lock is released: ranges first (their gaps go back),
+  // then buffers (published blocks that outlived their range go back then).
+  struct Graveyard {
+    std::vector<std::shared_ptr<BackendBuffer>> buffers;
+    std::vector<std::unique_ptr<LeasedRange>> ranges;
+    void push_back(std::shared_ptr<BackendBuffer> b) { buffers.push_back(std::move(b)); }
+  };
   // A parked Open: what it asked for, and whom to answer.
   struct Parked {
     SessionId session = 0;
@@ -284,8 +387,19 @@ class Registry {
   static BufferView ViewFor(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a freed buffer with no lease; its memory goes to `dead`. Returns bytes.
+  // Removes a freed buffer with no lease; its memory goes to `dead`. Returns
+  // the bytes that left the tenant's books (0 for a block that went back to
+  // its live range, whose owner is told).
   uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A session's leases, buffers and ranges at its end.
+  void EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets that `s` maps `id`; true when nobody maps it any more.
+  bool Unmap(SessionId s, AllocationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a range: its bytes leave the books but for its published blocks
+  // that live on, which are charged by themselves from now. Returns the
+  // bytes that went back.
+  uint64_t EndRange(RangeId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::chrono::steady_clock::time_point WaitDeadline(const OpenParams& params) const;
   // Retries the waiters that a change to `b` (it appeared, or was sealed) may serve.
   void Wake(BufferId id, Answers& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -306,6 +420,8 @@ class Registry {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
   BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;
+  RangeId next_range_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<RangeId, Range> ranges_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
@@ -314,6 +430,9 @@ class Registry {
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
   NodeStatus::Totals totals_ ABSL_GUARDED_BY(mu_);
+  // Who keeps which allocation mapped after its buffers went.
+  absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> unmap_notifier_ ABSL_GUARDED_BY(mu_);
   WaitList waits_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaitId, Parked> parked_ ABSL_GUARDED_BY(mu_);
 };

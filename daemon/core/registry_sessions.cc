@@ -18,9 +18,14 @@ Registry::Registry(Backend& backend, TenantDirectory tenants, Clock clock, Tenan
       clock_(std::move(clock)),
       wait_limits_(waits),
       tenants_(std::make_shared<const TenantDirectory>(std::move(tenants))),
-      books_(tenants_, limits) {}
+      books_(tenants_, limits) {
+  backend_.SetMappingHolders(this);
+}
 
-Registry::~Registry() { ReleaseAll(); }
+Registry::~Registry() {
+  backend_.SetMappingHolders(nullptr);
+  ReleaseAll();
+}
 
 int64_t Registry::Now() const {
   if (clock_) return clock_();
@@ -41,7 +46,7 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   view.admin = tenants_->IsAdmin(peer);
   view.id = next_session_++;
   by_token_[TokenKey(view.token)] = view.id;
-  sessions_[view.id] = Session{view, {}, {}};
+  sessions_[view.id].view = view;
   books_.SessionOpened(view.tenant);
   totals_.sessions_started++;
   return view;
@@ -69,21 +74,43 @@ class UnholdOnExit {
 
 SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
   SessionEndReport report;
-  UnholdOnExit unhold(backend_);  // last: after the buffers below
-  Graveyard dead;                 // destroyed after the lock is released
-  Answers answers;                // delivered after the lock is released
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return report;
-  // Its waits end with it (gRPC ones among them are answered so).
-  AnswerAll(id, SessionEnded(), answers);
-  Session session = std::move(it->second);
-  sessions_.erase(it);
-  unhold.regions.assign(session.regions.begin(), session.regions.end());
-  by_token_.erase(TokenKey(session.view.token));
-  books_.SessionEnded(session.view.tenant);
-  report.session = session.view;
+  std::vector<AllocationId> unheld;  // told to the backend last, outside the lock
+  {
+    UnholdOnExit unhold(backend_);  // after the buffers below, outside the lock
+    Graveyard dead;                 // destroyed after the lock is released
+    Answers answers;                // delivered after the lock is released
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return report;
+    // Its waits end with it (gRPC ones among them are answered so).
+    AnswerAll(id, SessionEnded(), answers);
+    Session session = std::move(it->second);
+    sessions_.erase(it);
+    unhold.regions.assign(session.regions.begin(), session.regions.end());
+    by_token_.erase(TokenKey(session.view.token));
+    books_.SessionEnded(session.view.tenant);
+    report.session = session.view;
+    // A session that ended maps nothing: forgotten first, so that memory its
+    // end frees below is not held for it.
+    for (AllocationId a : session.mapped) {
+      if (Unmap(id, a)) unheld.push_back(a);
+    }
+    EndSessionBooks(session, report, dead);
+    // Counted with the books, in the same locked step: a scrape sees a
+    // session's end together with what it gave back.
+    if (how == SessionEnd::kClosed) {
+      totals_.sessions_closed++;
+      totals_.reclaimed_closed += report.reclaimed_bytes;
+    } else if (how == SessionEnd::kDied) {
+      totals_.sessions_died++;
+      totals_.reclaimed_died += report.reclaimed_bytes;
+    }
+  }
+  for (AllocationId a : unheld) backend_.AllocationUnheld(a);
+  return report;
+}
 
+void Registry::EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead) {
   std::vector<BufferId> touched;
   for (const auto& [buffer_id, count] : session.leases) {
     auto b = buffers_.find(buffer_id);
@@ -103,20 +130,18 @@ SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
     touched.push_back(buffer_id);
   }
   for (BufferId buffer_id : touched) {
-    const uint64_t bytes = MaybeDestroy(buffer_id, dead);
-    if (bytes > 0) {
-      report.reclaimed_bytes += bytes;
-      report.buffers_destroyed++;
-    }
+    const bool existed = buffers_.contains(buffer_id);
+    report.reclaimed_bytes += MaybeDestroy(buffer_id, dead);
+    if (existed && !buffers_.contains(buffer_id)) report.buffers_destroyed++;
   }
-  if (how == SessionEnd::kClosed) {
-    totals_.sessions_closed++;
-    totals_.reclaimed_closed += report.reclaimed_bytes;
-  } else if (how == SessionEnd::kDied) {
-    totals_.sessions_died++;
-    totals_.reclaimed_died += report.reclaimed_bytes;
+  // Its ranges go back but for the published blocks that others still hold.
+  for (RangeId range_id : session.ranges) {
+    const uint64_t length = ranges_.at(range_id).length;
+    const uint64_t back = EndRange(range_id, dead);
+    report.reclaimed_bytes += back;
+    report.bytes_kept_for_others += length - back;
+    report.ranges_returned++;
   }
-  return report;
 }
 
 absl::StatusOr<SessionView> Registry::Authenticate(const Token& token) const {
@@ -158,12 +183,18 @@ uint64_t Registry::ReleaseAll() {
   shutting_down_ = true;
   AnswerAll(0, ShuttingDown(), answers);
   for (auto& [id, b] : buffers_) {
-    bytes += b.view.reserved_size;
+    if (b.charged) bytes += b.view.reserved_size;
     // Given back through the books, so that the descriptor budget they charge is returned too.
-    books_.ReleaseBuffer(b.view.tenant, b.view.reserved_size, b.owns_descriptor);
+    books_.ReleaseBuffer(b.view.tenant, b.charged ? b.view.reserved_size : 0, b.owns_descriptor);
     dead.push_back(std::move(b.memory));
   }
+  for (auto& [id, r] : ranges_) {
+    bytes += r.length;
+    dead.ranges.push_back(std::move(r.memory));
+  }
+  ranges_.clear();
   buffers_.clear();
+  mapped_by_.clear();
   names_.Clear();
   expiries_.clear();
   sessions_.clear();

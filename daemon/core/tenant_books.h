@@ -54,16 +54,38 @@ class TenantBooks {
   /// A buffer of `bytes` is gone (or its reservation rolled back).
   void ReleaseBuffer(const std::string& tenant, uint64_t bytes, bool owns_descriptor);
 
+  // Ranges (docs/fast-path.md).
+  /// Books a range of at least `least` bytes and at most `want`, taking at
+  /// most half of what the quota leaves beyond `least` (so that one client's
+  /// free space does not starve the next request), in multiples of
+  /// `granularity`; the length booked. QUOTA refusal when `least` does not fit.
+  absl::StatusOr<uint64_t> ReserveRange(const std::string& tenant, uint64_t least, uint64_t want,
+                                        uint64_t granularity);
+  /// The booked range was made (it counts as a range now), or not (rolled back).
+  void RangeLeased(const std::string& tenant, uint64_t length);
+  void UnreserveRange(const std::string& tenant, uint64_t length);
+  /// A range is gone; `kept` bytes of it live on in published blocks, now
+  /// charged by themselves.
+  void ReleaseRange(const std::string& tenant, uint64_t length, uint64_t kept);
+  /// A client-made buffer is to be published: a buffer, whose bytes its
+  /// range holds. LIMIT when the tenant holds as many buffers as it may.
+  absl::Status BufferPublished(const std::string& tenant);
+  /// Adds to the tenant's client totals.
+  void AddClientTotals(const std::string& tenant, const ClientCounters& increments);
+
   /// Every tenant that holds something or has a quota, and every configured one, by name.
   std::vector<NodeStatus::Tenant> Tally() const;
   void Clear() { usage_.clear(); }
 
  private:
   struct Usage {
-    uint64_t bytes = 0;  // reserved bytes of its buffers, pending ones included
+    uint64_t bytes = 0;  // charged bytes: buffers (pending ones included), ranges
     uint32_t buffers = 0;
     uint32_t descriptors = 0;  // buffers with a descriptor of their own
     uint32_t sessions = 0;
+    uint64_t range_bytes = 0;
+    uint32_t ranges = 0;
+    ClientCounters client_totals;
   };
 
   std::shared_ptr<const TenantDirectory> directory_;

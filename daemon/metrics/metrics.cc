@@ -124,6 +124,30 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     count(reclaimed, {{"cause", "died"}}, n.reclaimed_died);
     count(reclaimed, {{"cause", "closed"}}, n.reclaimed_closed);
     count(reclaimed, {{"cause", "ttl"}}, n.reclaimed_ttl);
+
+    auto& ranges = gauge("gpubroker_tenant_range_bytes",
+                         "Bytes of the ranges that a tenant's clients lease (charged to it).");
+    auto& in_use = gauge("gpubroker_client_in_use_bytes",
+                         "Bytes of the buffers that a tenant's clients made in their ranges, as "
+                         "of their last calls.");
+    auto& mapped = gauge("gpubroker_client_mapped_bytes",
+                         "Bytes of freed buffers' memory that a tenant's clients keep mapped in "
+                         "their mapping caches, as of their last calls.");
+    for (const auto& t : s.tenants) {
+      add(ranges, {{"tenant", t.name}}, static_cast<double>(t.range_bytes));
+      add(in_use, {{"tenant", t.name}}, static_cast<double>(t.clients.in_use_bytes));
+      add(mapped, {{"tenant", t.name}}, static_cast<double>(t.clients.mapping_cache_bytes));
+    }
+    auto& kept = gauge("gpubroker_pool_kept_bytes",
+                       "Bytes of freed allocations kept for their tenant's next buffer of the "
+                       "same size (part of the reserved bytes).");
+    auto& unmapping = gauge("gpubroker_pool_unmapping_bytes",
+                            "Bytes of freed allocations that wait for clients to unmap them "
+                            "before they are freed (part of the kept bytes).");
+    for (const auto& d : s.devices) {
+      add(kept, {{"device", d.info.uuid}}, static_cast<double>(d.usage.kept_bytes));
+      add(unmapping, {{"device", d.info.uuid}}, static_cast<double>(d.usage.unmapping_bytes));
+    }
     return {std::make_move_iterator(families.begin()), std::make_move_iterator(families.end())};
   }
 
@@ -143,13 +167,53 @@ Metrics::Metrics(const NodeStatusCollector& status)
                  .Name("gpubroker_opens_total")
                  .Help("Open calls by result.")
                  .Register(*registry_)),
-      allocation_seconds_(prometheus::BuildHistogram()
-                              .Name("gpubroker_allocation_duration_seconds")
-                              .Help("Time the daemon spends in an Allocate call.")
-                              .Register(*registry_)
-                              .Add({}, prometheus::Histogram::BucketBoundaries{
-                                           1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4,
-                                           5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1, 1})) {
+      allocation_seconds_(
+          prometheus::BuildHistogram()
+              .Name("gpubroker_allocation_duration_seconds")
+              .Help("Time the daemon spends in an Allocate call.")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
+                                                               5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                                               2.5e-3, 5e-3, 1e-2, 0.1, 1})),
+      client_allocations_(
+          prometheus::BuildCounter()
+              .Name("gpubroker_client_allocations_total")
+              .Help("Buffers allocated by clients, by path: made by the client in its ranges "
+                    "(client), by the daemon on session.sock (session) or through gRPC (grpc); "
+                    "as the clients report them with their calls.")
+              .Register(*registry_)),
+      client_maps_(prometheus::BuildCounter()
+                       .Name("gpubroker_client_maps_total")
+                       .Help("Buffers that clients mapped, by path: memory mapped already "
+                             "(mapped), a kept mapping (cached) or a new import (imported); as "
+                             "the clients report them.")
+                       .Register(*registry_)),
+      cache_lookups_(prometheus::BuildCounter()
+                         .Name("gpubroker_client_mapping_cache_lookups_total")
+                         .Help("Maps of buffers with memory of their own (cuda-vmm, host-fd) by "
+                               "whether the client's mapping cache had the memory mapped (hit) "
+                               "or it was imported (miss); as the clients report them.")
+                         .Register(*registry_)),
+      cache_hits_(cache_lookups_.Add({{"result", "hit"}})),
+      cache_misses_(cache_lookups_.Add({{"result", "miss"}})),
+      cache_evictions_(prometheus::BuildCounter()
+                           .Name("gpubroker_client_mapping_cache_evictions_total")
+                           .Help("Mappings that clients' caches unmapped: to make room, on the "
+                                 "daemon's request, or on an explicit evict.")
+                           .Register(*registry_)
+                           .Add({})),
+      unmap_requests_(prometheus::BuildCounter()
+                          .Name("gpubroker_unmap_requests_total")
+                          .Help("Allocations that clients were asked to unmap before the daemon "
+                                "frees their memory (to make room on the device).")
+                          .Register(*registry_)
+                          .Add({})) {
+  by_client_ = &client_allocations_.Add({{"path", "client"}});
+  by_session_ = &client_allocations_.Add({{"path", "session"}});
+  by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
+  maps_mapped_ = &client_maps_.Add({{"path", "mapped"}});
+  maps_imported_ = &client_maps_.Add({{"path", "imported"}});
+  maps_cached_ = &client_maps_.Add({{"path", "cached"}});
   auto& turned_away = prometheus::BuildCounter()
                           .Name("gpubroker_connections_refused_total")
                           .Help(
@@ -223,6 +287,24 @@ prometheus::Counter& Find(std::vector<std::pair<std::string, prometheus::Counter
 void Metrics::Allocation(std::string_view result, double seconds) {
   Find(allocation_results_, result, allocations_).Increment();
   if (result == "ok") allocation_seconds_.Observe(seconds);
+}
+
+void Metrics::ClientReported(const ClientCounters& d) {
+  auto n = [](uint64_t v) { return static_cast<double>(v); };
+  Find(allocation_results_, "ok", allocations_).Increment(n(d.allocations));
+  by_client_->Increment(n(d.allocations));
+  by_session_->Increment(n(d.daemon_allocations));
+  by_grpc_->Increment(n(d.grpc_allocations));
+  maps_mapped_->Increment(n(d.opens_arena));
+  maps_imported_->Increment(n(d.opens_import));
+  maps_cached_->Increment(n(d.opens_cached));
+  cache_hits_.Increment(n(d.opens_cached));
+  cache_misses_.Increment(n(d.mapping_cache_misses));
+  cache_evictions_.Increment(n(d.mapping_cache_evictions));
+}
+
+void Metrics::UnmapRequested(uint64_t allocations) {
+  unmap_requests_.Increment(static_cast<double>(allocations));
 }
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }

@@ -43,6 +43,12 @@ class Metrics {
   /// result: ok, quota, out_of_memory, limit, unavailable, invalid (any other refusal).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
+  /// What clients reported doing since their last report (the increments
+  /// of their totals): client-made allocations count as successful
+  /// allocations too, and every path is counted (no slow path is silent).
+  void ClientReported(const ClientCounters& delta);
+  /// Requests sent to a client to unmap `allocations` before their memory is freed.
+  void UnmapRequested(uint64_t allocations);
   void ConnectionRefused(Socket socket, TurnedAway why);
 
   /// The label for an Allocate outcome.
@@ -60,6 +66,19 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& allocations_;
   prometheus::Family<prometheus::Counter>& opens_;
   prometheus::Histogram& allocation_seconds_;
+  prometheus::Family<prometheus::Counter>& client_allocations_;
+  prometheus::Family<prometheus::Counter>& client_maps_;
+  prometheus::Counter* by_client_;
+  prometheus::Counter* by_session_;
+  prometheus::Counter* by_grpc_;
+  prometheus::Counter* maps_mapped_;
+  prometheus::Counter* maps_imported_;
+  prometheus::Counter* maps_cached_;
+  prometheus::Family<prometheus::Counter>& cache_lookups_;
+  prometheus::Counter& cache_hits_;
+  prometheus::Counter& cache_misses_;
+  prometheus::Counter& cache_evictions_;
+  prometheus::Counter& unmap_requests_;
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;

@@ -4,6 +4,7 @@
 
 #include "common/strings.h"
 #include "common/wire/routing.h"
+#include "common/wire/tensor.h"
 #include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
@@ -28,34 +29,43 @@ absl::Status BrokerCalls::Refuse(std::string_view call, const SessionView* s, ab
 
 absl::Status BrokerCalls::Allocate(const SessionView& s, const v1::AllocateRequest& req,
                                    v1::AllocateResponse* resp) {
-  const auto start = std::chrono::steady_clock::now();
-  auto grant = registry_.Allocate(s.id, FromProto(req));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics_.Allocation(Metrics::AllocationResult(grant.status()), seconds);
-  if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
-  ToProto(grant->buffer, resp->mutable_buffer());
-  ToProto(grant->import, resp->mutable_import());
-  return absl::OkStatus();
+  return DoAllocate(s, FromProto(req), resp);
 }
 
 absl::Status BrokerCalls::QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
                                         v1::AllocateResponse* resp) {
   const uint64_t quick = WireQuickAllocationLimit(registry_.backend());
-  if (!AllocateIsQuick(req, quick)) {
-    metrics_.Allocation("invalid", 0);
-    return Refuse(
-        "Allocate", &s,
-        absl::FailedPreconditionError(
-            req.share_with_size() > 0
-                ? std::string("an Allocate shared with other tenants goes through gRPC, not "
-                              "session.sock (it makes a device allocation of its own)")
-                : StrCat("an Allocate of ", req.size(),
-                         " bytes goes through gRPC, not session.sock: this socket serves "
-                         "allocations under quick_allocation_limit (",
-                         quick, " bytes, in Welcome)")));
+  AllocateParams params = FromProto(req);
+  params.may_wait = false;
+  switch (RouteAllocate(req, quick)) {
+    case AllocateRoute::kGrpc:
+      metrics_.Allocation("invalid", 0);
+      return Refuse("Allocate", &s,
+                    absl::FailedPreconditionError(
+                        "an Allocate shared with other tenants goes through gRPC, not "
+                        "session.sock (it makes a device allocation of its own)"));
+    case AllocateRoute::kSessionIfKept:
+      params.kept_only = true;
+      break;
+    case AllocateRoute::kSession:
+      break;
   }
-  return Allocate(s, req, resp);
+  return DoAllocate(s, std::move(params), resp);
+}
+
+absl::Status BrokerCalls::DoAllocate(const SessionView& s, const AllocateParams& params,
+                                     v1::AllocateResponse* resp) {
+  const auto start = std::chrono::steady_clock::now();
+  auto grant = registry_.Allocate(s.id, params);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // "Ask through gRPC" is where the call goes next, not an outcome.
+  if (IsAskThroughGrpc(grant.status())) return grant.status();
+  metrics_.Allocation(Metrics::AllocationResult(grant.status()), seconds);
+  if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
+  ToProto(grant->buffer, resp->mutable_buffer());
+  ToProto(grant->import, resp->mutable_import());
+  return absl::OkStatus();
 }
 
 absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
@@ -118,7 +128,7 @@ absl::Status BrokerCalls::Seal(const SessionView& s, const v1::SealRequest& req,
 }
 
 absl::Status BrokerCalls::Release(const SessionView& s, const v1::ReleaseRequest& req) {
-  if (auto st = registry_.Release(s.id, req.id(), req.free()); !st.ok()) {
+  if (auto st = registry_.Release(s.id, req.id(), req.free(), req.keep_mapping()); !st.ok()) {
     return Refuse("Release", &s, st);
   }
   return absl::OkStatus();
@@ -132,6 +142,72 @@ absl::Status BrokerCalls::Free(const SessionView& s, const v1::FreeRequest& req,
   if (!view.ok()) return Refuse("Free", &s, view.status());
   ToProto(*view, resp->mutable_buffer());
   return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::LeaseRange(const SessionView& s, const v1::LeaseRangeRequest& req,
+                                     v1::LeaseRangeResponse* resp) {
+  RangeParams p;
+  p.device = req.device();
+  p.min_bytes = req.min_bytes();
+  p.want_bytes = req.want_bytes();
+  auto grant = registry_.LeaseRange(s.id, p);
+  // A refused range is a refused allocation (the client's allocate fails
+  // with it); a granted one is not an allocation yet.
+  if (!grant.ok()) metrics_.Allocation(Metrics::AllocationResult(grant.status()), 0);
+  if (!grant.ok()) return Refuse("LeaseRange", &s, grant.status());
+  resp->set_range_id(grant->id);
+  resp->set_length(grant->length);
+  ToProto(grant->import, resp->mutable_import());
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::ReturnRange(const SessionView& s, const v1::ReturnRangeRequest& req) {
+  if (auto st = registry_.ReturnRange(s.id, req.range_id()); !st.ok()) {
+    return Refuse("ReturnRange", &s, st);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest& req,
+                                  v1::PublishResponse* resp) {
+  PublishParams p;
+  p.range = req.range_id();
+  p.offset = req.offset();
+  p.reserved = req.reserved();
+  p.size = req.size();
+  p.name = req.name();
+  if (req.has_tensor()) p.tensor = TensorFromProto<TensorDesc>(req.tensor());
+  p.seal = req.seal();
+  p.fence_offset = req.fence_offset();
+  p.fence_value = req.fence_value();
+  auto grant = registry_.Publish(s.id, p);
+  if (!grant.ok()) return Refuse("Publish", &s, grant.status());
+  ToProto(grant->buffer, resp->mutable_buffer());
+  return absl::OkStatus();
+}
+
+void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters& c) {
+  ClientCounters counters;
+  counters.allocations = c.allocations();
+  counters.in_use_blocks = c.in_use_blocks();
+  counters.in_use_bytes = c.in_use_bytes();
+  counters.range_bytes = c.range_bytes();
+  counters.cache_hits = c.cache_hits();
+  counters.daemon_allocations = c.daemon_allocations();
+  counters.grpc_allocations = c.grpc_allocations();
+  counters.opens_arena = c.opens_arena();
+  counters.opens_cached = c.opens_cached();
+  counters.opens_import = c.opens_import();
+  counters.opens_grpc = c.opens_grpc();
+  counters.mapping_cache_misses = c.mapping_cache_misses();
+  counters.mapping_cache_evictions = c.mapping_cache_evictions();
+  counters.mapping_cache_bytes = c.mapping_cache_bytes();
+  metrics_.ClientReported(registry_.RecordCounters(s.id, counters));
+}
+
+void BrokerCalls::Unmapped(const SessionView& s, const v1::Unmapped& unmapped) {
+  registry_.Unmapped(s.id, std::vector<AllocationId>(unmapped.allocation_ids().begin(),
+                                                     unmapped.allocation_ids().end()));
 }
 
 }  // namespace gpubroker

@@ -10,6 +10,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/util/rate_limiter.h"
 #include "gpubroker/v1/broker.pb.h"
+#include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker {
 
@@ -23,8 +24,11 @@ class BrokerCalls {
 
   absl::Status Allocate(const SessionView& s, const v1::AllocateRequest& req,
                         v1::AllocateResponse* resp);
-  /// An Allocate that came on session.sock: FAILED_PRECONDITION unless the
-  /// socket serves it (AllocateIsQuick, the rule Welcome advertises).
+  /// An Allocate that came on session.sock, served as the routing rule says
+  /// (common/wire/routing.h, the rule Welcome advertises): FAILED_PRECONDITION
+  /// for one that goes through gRPC only; at or over the quick allocation
+  /// limit, served from a kept allocation or answered ABORTED ("ask through
+  /// gRPC"), which is not counted as a refusal. It never waits.
   absl::Status QuickAllocate(const SessionView& s, const v1::AllocateRequest& req,
                              v1::AllocateResponse* resp);
   /// An Open that does not wait (a waiting one is refused: use OpenAsync).
@@ -47,6 +51,16 @@ class BrokerCalls {
   absl::Status Release(const SessionView& s, const v1::ReleaseRequest& req);
   absl::Status Free(const SessionView& s, const v1::FreeRequest& req, v1::FreeResponse* resp);
 
+  // session.sock only (docs/fast-path.md): ranges belong to a session's connection.
+  absl::Status LeaseRange(const SessionView& s, const v1::LeaseRangeRequest& req,
+                          v1::LeaseRangeResponse* resp);
+  absl::Status ReturnRange(const SessionView& s, const v1::ReturnRangeRequest& req);
+  absl::Status Publish(const SessionView& s, const v1::PublishRequest& req,
+                       v1::PublishResponse* resp);
+  void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);
+  /// The client no longer maps these allocations.
+  void Unmapped(const SessionView& s, const v1::Unmapped& unmapped);
+
   /// Logs a refused call (rate-limited) and returns `status`. `s` is null for
   /// a caller that could not be authenticated.
   absl::Status Refuse(std::string_view call, const SessionView* s, absl::Status status);
@@ -55,6 +69,9 @@ class BrokerCalls {
   Metrics& metrics() { return metrics_; }
 
  private:
+  absl::Status DoAllocate(const SessionView& s, const AllocateParams& params,
+                          v1::AllocateResponse* resp);
+
   Registry& registry_;
   Metrics& metrics_;
   RateLimiter warn_limiter_{10.0, 50.0};

@@ -98,6 +98,7 @@ void ToProto(const BufferView& v, v1::BufferInfo* out) {
   out->set_owner_session(v.owner_session);
   out->set_created_unix_ms(v.created_unix_ms);
   out->set_backing(v.backing);
+  out->set_client_made(v.client_made);
 }
 
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
@@ -107,6 +108,7 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_mapped_size(info.mapped_size);
   out->set_export_data(info.export_data);
   out->set_fence_region_id(info.fence_region_id);
+  out->set_allocation_id(info.allocation_id);
   out->set_fence_offset(info.fence_offset);
   out->set_fence_value(info.fence_value);
   out->set_device_uuid(info.device_uuid);
@@ -136,6 +138,8 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_reserved_bytes(d.usage.reserved_bytes);
     o->set_used_bytes(d.usage.used_bytes);
     o->set_free_bytes(d.usage.free_bytes);
+    o->set_kept_bytes(d.usage.kept_bytes);
+    o->set_unmapping_bytes(d.usage.unmapping_bytes);
     o->set_compute_capability(d.info.compute_capability);
     o->set_buffers(d.buffers);
   }
@@ -155,6 +159,8 @@ void ToProto(const NodeStatus& status, const DaemonFacts& facts, const SessionVi
     o->set_used_bytes(t.used_bytes);
     o->set_buffers(t.buffers);
     o->set_sessions(t.sessions);
+    o->set_range_bytes(t.range_bytes);
+    o->set_ranges(t.ranges);
   }
   auto* me = out->mutable_self();
   me->set_session_id(self->id);
@@ -174,6 +180,7 @@ void ToWelcome(const SessionView& session, const Backend& backend, const WaitLim
   out->set_backend(std::string(backend.name()));
   out->set_protocol_version(kProtocolVersion);
   out->set_quick_allocation_limit(WireQuickAllocationLimit(backend));
+  out->set_range_limit(backend.devices().empty() ? 0 : backend.RangeLimit(0));
   // A daemon that parks waiting Opens says so: a client then sends them here.
   out->set_max_waiting_opens(waits.max_per_session != 0 ? waits.max_per_session
                                                         : std::numeric_limits<uint32_t>::max());

@@ -63,12 +63,19 @@ absl::Status SessionServer::Start(UniqueFd listener) {
       return absl::InternalError(StrCat("epoll_ctl: ", std::strerror(errno)));
     }
   }
+  // Requests to unmap come from whichever thread needs memory: the loop
+  // sends them, woken here.
+  registry_.set_unmap_notifier([this] {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  });
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
 
 void SessionServer::Stop() {
   if (!thread_.joinable()) return;
+  registry_.set_unmap_notifier(nullptr);
   stopping_ = true;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
@@ -119,7 +126,8 @@ void SessionServer::Loop() {
       if (fd == wake_.get()) {
         uint64_t count = 0;
         [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
-        continue;  // the completions are taken below
+        SendUnmapRequests();
+        continue;  // the completions of parked Opens are taken below
       }
       if (fd == listener_.get()) {
         AcceptAll();
@@ -318,8 +326,39 @@ SessionServer::Outcome SessionServer::ProcessFrames(Connection& c) {
   return Outcome::kKeep;
 }
 
+void SessionServer::SendUnmapRequests() {
+  const auto requests = registry_.TakeUnmapRequests();
+  if (requests.empty()) return;
+  std::vector<int> dropped;
+  for (const auto& [session, ids] : requests) {
+    for (auto& [fd, c] : connections_) {
+      if (c->session != session) continue;
+      v1::SessionFrame frame;
+      for (AllocationId id : ids) frame.mutable_unmap_request()->add_allocation_ids(id);
+      metrics_.UnmapRequested(ids.size());
+      // Queued behind whatever the peer has not read yet, like any frame.
+      if (SendFrame(*c, frame) == Outcome::kDrop) {
+        dropped.push_back(fd);
+      } else if (!c->out.empty()) {
+        WatchFor(*c, false);
+      }
+      break;
+    }
+  }
+  for (int fd : dropped) {
+    auto it = connections_.find(fd);
+    if (it == connections_.end()) continue;
+    EndSession(*it->second, false);
+    Remove(fd);
+  }
+}
+
 SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
   switch (frame.body_case()) {
+    case v1::SessionFrame::kUnmapped:
+      if (c.session == 0) break;
+      calls_.Unmapped(c.view, frame.unmapped());
+      return Outcome::kKeep;
     case v1::SessionFrame::kHello:
       return OnHello(c, frame.hello());
     case v1::SessionFrame::kFdRequest:
@@ -389,6 +428,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
+  if (call.has_counters()) calls_.RecordCounters(c.view, call.counters());
   if (registry_.shutting_down()) {
     status = absl::UnavailableError("gpubrokerd is shutting down");
   } else {
@@ -419,6 +459,23 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         status = calls_.Release(c.view, call.release());
         r->mutable_release();
         break;
+      case v1::Call::kLeaseRange:
+        status = calls_.LeaseRange(c.view, call.lease_range(), r->mutable_lease_range());
+        break;
+      case v1::Call::kReturnRange:
+        status = calls_.ReturnRange(c.view, call.return_range());
+        r->mutable_return_range();
+        break;
+      case v1::Call::kPublish:
+        status = calls_.Publish(c.view, call.publish(), r->mutable_publish());
+        break;
+      case v1::Call::REQUEST_NOT_SET:
+        // A report: the client's counters alone (recorded above).
+        if (!call.has_counters()) {
+          status = calls_.Refuse("a call", &c.view,
+                                 absl::InvalidArgumentError("Call frame without a request"));
+        }
+        break;
       default:
         status = calls_.Refuse("a call", &c.view,
                                absl::InvalidArgumentError("Call frame without a request"));
@@ -428,7 +485,19 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     reply.Clear();
     ToErrorFrame(status, call.request_id(), reply.mutable_error());
   }
-  return SendFrame(c, reply);
+  // Blocks of this session's ranges that came back travel just before the
+  // answer, in the same write: the daemon writes only when it answers.
+  const std::vector<ReturnedBlock> returned = registry_.TakeReturnedBlocks(c.session);
+  if (returned.empty()) return SendFrame(c, reply);
+  v1::SessionFrame note;
+  for (const ReturnedBlock& b : returned) {
+    auto* out = note.mutable_blocks_returned()->add_blocks();
+    out->set_range_id(b.range);
+    out->set_offset(b.offset);
+    out->set_size(b.size);
+  }
+  c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrame(reply), UniqueFd()});
+  return Flush(c);
 }
 
 void SessionServer::Post(Completion completion) {

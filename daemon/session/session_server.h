@@ -116,6 +116,8 @@ class SessionServer {
   void AnswerParked();
   void WatchFor(Connection& c, bool reading);
   void Remove(int fd);
+  /// Sends the registry's requests to unmap to their sessions' clients.
+  void SendUnmapRequests();
   void EndSession(Connection& c, bool clean);
   void Warn(const std::string& message);
 

@@ -171,7 +171,11 @@ std::string Alloc(State& st, const std::vector<std::string>& w) {
     ao.keep = opts.count("keep") > 0;
     if (opts.count("name")) ao.name = StrCat(opts["name"], ".", i);
     try {
-      st.buffers.push_back(st.client->allocate(size, ao));
+      // Published at once: a buffer the client made in its ranges is in the
+      // daemon's books (and under its caps) from its publication on.
+      gpubroker::Buffer b = st.client->allocate(size, ao);
+      b.publish();
+      st.buffers.push_back(std::move(b));
       ++ok;
     } catch (const gpubroker::Error& e) {
       ++refused;

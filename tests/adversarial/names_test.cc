@@ -46,7 +46,7 @@ TEST(Names, AnotherTenantCannotSquatSpoofOrProbeNames) {
   // Probing: green's answers are the same whether blue uses a name or not.
   producer.Ok("alloc p 4096 name=blue.private");
   producer.Ok("seal p");
-  squatter.Ok("alloc q 4096 name=blue.private");  // no ALREADY_EXISTS: nothing to learn
+  squatter.Ok("alloc q 4096 name=blue.private publish");  // no ALREADY_EXISTS: nothing to learn
   const std::string used = squatter.Send("open x blue/blue.private");
   const std::string unused = squatter.Send("open x blue/never.used");
   EXPECT_EQ(used.rfind("err NOT_FOUND", 0), 0u) << used;

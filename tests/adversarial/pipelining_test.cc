@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 TEST(Pipelining, ThousandsOfCallsSentBeforeReadingAreAllAnswered) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
-  Helper owner(daemon.socket_dir());
+  Helper owner(daemon.socket_dir(), -1, /*suballocate=*/false);  // the daemon's buffer
   owner.Ok("alloc x 4096 name=piped");
   owner.Ok("fill x 5");
   Adversary client(daemon.socket_dir(), -1);

@@ -30,6 +30,9 @@ TEST(Broker, BufferWrittenInAIsReadInBAndBsWriteBackIsSeenInA) {
     b.Ok("release y");
     a.Ok("release x");
   }
+  // A's buffers went back to its ranges; once it gives back what it holds
+  // empty, nothing is in use.
+  a.Ok("trim");
   EXPECT_EQ(StatusOf(a)["devices"][0]["used_bytes"], 0);
 }
 
@@ -101,12 +104,16 @@ TEST(Broker, QuotaExceededNamesTenantRequestAndWhatIsLeft) {
   Daemon daemon({"--default-quota", "1MiB"});
   ASSERT_TRUE(daemon.ok());
   Helper a(daemon.socket_dir());
+  // Client-made: the range it leases takes no more than it needs and half of
+  // what the quota leaves, so the next refusal names what is really left.
   a.Ok("alloc x 786432");
   const std::string reply = a.Send("alloc y 524288");
   EXPECT_EQ(reply.rfind("err RESOURCE_EXHAUSTED/quota ", 0), 0u) << reply;
   EXPECT_NE(reply.find("tenant 'uid-"), std::string::npos) << reply;
   EXPECT_NE(reply.find("524288"), std::string::npos) << reply;
-  EXPECT_NE(reply.find("262144 left"), std::string::npos) << reply;
+  // What is left is the quota less the range that x's client leased.
+  const uint64_t used = StatusOf(a)["tenants"][0]["used_bytes"];
+  EXPECT_NE(reply.find(std::to_string(1048576 - used) + " left"), std::string::npos) << reply;
   EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"quota\"}"), 1);
   EXPECT_EQ(daemon.Metric("gpubroker_allocations_total{result=\"ok\"}"), 1);
   a.Ok("release x");
@@ -127,8 +134,9 @@ tenants:
   Helper blue(daemon.socket_dir(), 60001);
   Helper green(daemon.socket_dir(), 60002);
   EXPECT_NE(blue.Ok("session").find("blue"), std::string::npos);
-  const std::string private_id = owner.Ok("alloc p 4096 name=private");
+  owner.Ok("alloc p 4096 name=private");
   owner.Ok("seal p");
+  const std::string private_id = owner.Ok("id p");
   owner.Ok("alloc s 20000 name=for.blue share=blue");
   owner.Ok("fill s 77");
   owner.Ok("seal s");
@@ -203,8 +211,17 @@ TEST(Broker, CppClientReportsTypedErrors) {
   EXPECT_THROW(client.allocate(0), InvalidArgumentError);
   EXPECT_THROW(client.open("nothing.here"), NotFoundError);
   auto b = client.allocate(4096, {.name = "dup"});
-  EXPECT_THROW(client.allocate(4096, {.name = "dup"}), AlreadyExistsError);
+  EXPECT_FALSE(b.is_published());
+  EXPECT_THROW(client.open("dup"), NotFoundError)
+      << "a client-made buffer is private until published";
+  b.publish();  // the name is taken now; the buffer is unsealed
+  EXPECT_TRUE(b.is_published());
   EXPECT_THROW(client.open("dup"), FailedPreconditionError);
+  // A client-made buffer takes its name when it is published...
+  auto c = client.allocate(4096, {.name = "dup"});
+  EXPECT_THROW(c.seal(), AlreadyExistsError);
+  // ...one of the daemon's (kept past the session) when it is allocated.
+  EXPECT_THROW(client.allocate(4096, {.name = "dup", .keep = true}), AlreadyExistsError);
   try {
     client.allocate(uint64_t{1} << 40);
     ADD_FAILURE() << "no exception";

@@ -38,6 +38,17 @@ class CClient {
     return j;
   }
   nlohmann::json Status() const { return Json(gpubroker_status_json); }
+  nlohmann::json Stats() const {
+    char* out = nullptr;
+    EXPECT_EQ(gpubroker_client_stats_json(c_, &out), GPUBROKER_OK) << gpubroker_last_error();
+    auto j = nlohmann::json::parse(out);
+    gpubroker_string_free(out);
+    return j;
+  }
+  /// Bytes of this client's own buffers (carved from its ranges), live now.
+  uint64_t InUseBytes() const { return Stats()["books"]["in_use_bytes"]; }
+  /// Gives back what this client holds empty; then the node holds nothing of it.
+  void Trim() const { EXPECT_EQ(gpubroker_trim(c_), GPUBROKER_OK) << gpubroker_last_error(); }
   nlohmann::json List() const { return Json(gpubroker_list_json); }
   uint64_t UsedBytes() const { return Status()["devices"][0]["used_bytes"]; }
 
@@ -67,6 +78,7 @@ TEST(CAbi, ViewKeepsMappingAndLeaseAfterReleaseUntilItGoes) {
   CClient client(daemon.socket_dir());
   gpubroker_buffer_t* b = client.Allocate(4096, "c.view", GPUBROKER_DTYPE_UINT8, {4096});
   ASSERT_NE(b, nullptr);
+  ASSERT_EQ(gpubroker_buffer_publish(b), GPUBROKER_OK) << gpubroker_last_error();
   auto* data = static_cast<uint8_t*>(gpubroker_buffer_data(b));
   std::memset(data, 0x5a, 4096);
   gpubroker_view_t* view = nullptr;
@@ -76,12 +88,14 @@ TEST(CAbi, ViewKeepsMappingAndLeaseAfterReleaseUntilItGoes) {
   EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
   // The owner's release frees an unkept buffer, but not while a view holds it.
   EXPECT_EQ(client.List().size(), 1u);
-  EXPECT_EQ(client.UsedBytes(), 4096u);
+  EXPECT_EQ(client.InUseBytes(), 4096u);
   EXPECT_EQ(data[4095], 0x5a);  // still mapped
   data[0] = 1;
 
   gpubroker_view_release(view);
   EXPECT_TRUE(client.List().empty());
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();
   EXPECT_EQ(client.UsedBytes(), 0u);
   gpubroker_view_release(nullptr);
 }
@@ -92,6 +106,7 @@ TEST(CAbi, DlpackExportDescribesTheTensorAndHoldsTheBufferUntilItsDeleter) {
   CClient client(daemon.socket_dir());
   gpubroker_buffer_t* b = client.Allocate(4096, "c.dlpack", GPUBROKER_DTYPE_FLOAT32, {4, 8});
   ASSERT_NE(b, nullptr);
+  EXPECT_NE(gpubroker_buffer_id(b), 0u) << "an id publishes the buffer";
   EXPECT_EQ(gpubroker_buffer_device_ordinal(b), -1) << "host memory has no CUDA ordinal";
 
   void* out = nullptr;
@@ -127,6 +142,8 @@ TEST(CAbi, DlpackExportDescribesTheTensorAndHoldsTheBufferUntilItsDeleter) {
   static_cast<float*>(m->dl_tensor.data)[31] = 2.5f;  // still mapped
   m->deleter(m);
   EXPECT_TRUE(client.List().empty());
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
@@ -182,6 +199,8 @@ TEST(CAbi, DlpackCarriesStridesOffsetsAndEveryDtype) {
   EXPECT_EQ(gpubroker_buffer_ready_stream(raw, &stream), GPUBROKER_OK);
   EXPECT_EQ(stream, nullptr) << "host memory has no stream";
   gpubroker_buffer_release(raw);
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
@@ -198,8 +217,7 @@ TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
   ASSERT_EQ(gpubroker_buffer_get_facts(b, &f), GPUBROKER_OK) << gpubroker_last_error();
   EXPECT_EQ(f.struct_size, sizeof(f));
   EXPECT_EQ(f.flags, unsigned{GPUBROKER_BUFFER_OWNER | GPUBROKER_BUFFER_TENSOR});
-  EXPECT_EQ(f.id, gpubroker_buffer_id(b));
-  EXPECT_NE(f.id, 0u);
+  EXPECT_EQ(f.id, 0u) << "a buffer this client made has no id until it is published";
   EXPECT_EQ(f.size, 4096u);
   EXPECT_EQ(f.data, gpubroker_buffer_data(b));
   EXPECT_STREQ(f.name, "c.facts");
@@ -222,6 +240,15 @@ TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
   ASSERT_EQ(gpubroker_buffer_tensor(b, &dtype, &ndim, &shape, &strides, &offset), GPUBROKER_OK);
   EXPECT_EQ(f.shape, shape);
   EXPECT_EQ(f.strides, strides);
+
+  // Asking for its id publishes it; the pointers handed out before stay valid.
+  const uint64_t id = gpubroker_buffer_id(b);
+  EXPECT_NE(id, 0u);
+  EXPECT_EQ(f.shape[1], 5) << "still the handle's own shape";
+  EXPECT_STREQ(f.name, "c.facts");
+  ASSERT_EQ(gpubroker_buffer_get_facts(b, &f), GPUBROKER_OK);
+  EXPECT_EQ(f.id, id);
+  EXPECT_EQ(f.shape, shape) << "the same storage as before the publication";
 
   ASSERT_EQ(gpubroker_buffer_seal(b), GPUBROKER_OK);
   ASSERT_EQ(gpubroker_buffer_get_facts(b, &f), GPUBROKER_OK);
@@ -271,6 +298,8 @@ TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
   gpubroker_buffer_release(opened);
   gpubroker_buffer_release(raw);
   gpubroker_buffer_release(b);
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();  // the empty ranges this client keeps
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
@@ -303,6 +332,9 @@ TEST(CAbi, PreparedOptionsServeEveryBufferOfTheirKindWithTheNameBeside) {
     ASSERT_EQ(f.ndim, 2u);
     EXPECT_EQ(f.shape[0], 16);
   }
+  EXPECT_TRUE(client.List().empty()) << "made by this client, not yet published";
+  ASSERT_EQ(gpubroker_buffer_publish(a), GPUBROKER_OK) << gpubroker_last_error();
+  ASSERT_EQ(gpubroker_buffer_publish(b), GPUBROKER_OK) << gpubroker_last_error();
   const auto listed = client.List();
   ASSERT_EQ(listed.size(), 2u);
   for (const auto& j : listed) {
@@ -310,10 +342,12 @@ TEST(CAbi, PreparedOptionsServeEveryBufferOfTheirKindWithTheNameBeside) {
     EXPECT_EQ(j["tensor"]["dtype"], "float64") << j.dump();
   }
 
+  // A name is claimed at publication: a taken one is refused there.
   gpubroker_buffer_t* c = nullptr;
-  EXPECT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.a", &kind, &c),
-            GPUBROKER_ALREADY_EXISTS);
-  EXPECT_EQ(c, nullptr);
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.named.a", &kind, &c), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_publish(c), GPUBROKER_ALREADY_EXISTS);
+  gpubroker_buffer_release(c);
+  c = nullptr;
   ASSERT_EQ(gpubroker_allocate_named(client.get(), 64, nullptr, nullptr, &c), GPUBROKER_OK);
   EXPECT_STREQ(gpubroker_buffer_name(c), "") << "no name: unnamed";
   gpubroker_buffer_release(c);
@@ -328,6 +362,8 @@ TEST(CAbi, PreparedOptionsServeEveryBufferOfTheirKindWithTheNameBeside) {
             GPUBROKER_INVALID_ARGUMENT);
   gpubroker_buffer_release(a);
   gpubroker_buffer_release(b);
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();  // the empty ranges this client keeps
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
@@ -375,6 +411,8 @@ TEST(CAbi, DlpackExportOnAStreamIsTheExportAndRefusesWhatItRefuses) {
   EXPECT_EQ(gpubroker_buffer_to_dlpack_on(raw, 0, nullptr, nullptr), GPUBROKER_INVALID_ARGUMENT);
   EXPECT_EQ(gpubroker_buffer_to_dlpack_on(nullptr, 0, nullptr, &out), GPUBROKER_INVALID_ARGUMENT);
   gpubroker_buffer_release(raw);
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();  // the empty ranges this client keeps
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
@@ -431,6 +469,7 @@ TEST(CAbi, ForkedChildCannotUseTheParentsHandlesAndLeavesTheSessionAlone) {
   auto* parent = new CClient(daemon.socket_dir());
   gpubroker_buffer_t* b = parent->Allocate(8192, "c.fork", GPUBROKER_DTYPE_UINT8, {8192});
   ASSERT_NE(b, nullptr);
+  ASSERT_EQ(gpubroker_buffer_publish(b), GPUBROKER_OK) << gpubroker_last_error();
   const uint64_t session = gpubroker_client_session_id(parent->get());
   EXPECT_NE(session, 0u);
   EXPECT_STRNE(gpubroker_client_tenant(parent->get()), "");

@@ -158,7 +158,7 @@ TEST(Cli, AllocSealThenWaitFindsItAtOnce) {
 TEST(Cli, TopShowsDevicesTenantsAndTheLargestBuffersFirst) {
   Daemon daemon({"--default-quota", "64MiB"});
   ASSERT_TRUE(daemon.ok());
-  Helper h(daemon.socket_dir());
+  Helper h(daemon.socket_dir(), -1, /*suballocate=*/false);  // the daemon's buffers, by size
   h.Ok("alloc a 1048576 name=small.one");
   h.Ok("alloc b 8388608 name=big.one");
   h.Ok("alloc c 2097152 name=middle.one");

@@ -319,12 +319,13 @@ double Daemon::Metric(const std::string& series) const {
 
 // Helper -----------------------------------------------------------------------
 
-Helper::Helper(const std::string& socket_dir, int uid) {
+Helper::Helper(const std::string& socket_dir, int uid, bool suballocate) {
   std::vector<std::string> argv = {BinDir() + "/gpubroker-test-helper", "--socket-dir", socket_dir};
   if (uid >= 0) {
     argv.push_back("--uid");
     argv.push_back(std::to_string(uid));
   }
+  if (!suballocate) argv.push_back("--no-suballocate");
   Start(argv);
 }
 
@@ -350,6 +351,13 @@ std::string Helper::Reply(std::chrono::milliseconds timeout) {
 std::string Helper::Send(const std::string& command, std::chrono::milliseconds timeout) {
   Post(command);
   return Reply(timeout);
+}
+
+int64_t Helper::Stat(const std::string& key) {
+  const std::string s = " " + Ok("stats") + " ";
+  const size_t at = s.find(" " + key + "=");
+  if (at == std::string::npos) return -1;
+  return std::stoll(s.substr(at + key.size() + 2));
 }
 
 std::string Helper::Ok(const std::string& command, std::chrono::milliseconds timeout) {

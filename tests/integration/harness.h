@@ -110,8 +110,10 @@ class Daemon {
 /// A client process: gpubroker-test-helper.
 class Helper {
  public:
-  /// Starts it and waits until it has a session. `uid` >= 0: run as that user.
-  explicit Helper(const std::string& socket_dir, int uid = -1);
+  /// Starts it and waits until it has a session. `uid` >= 0: run as that
+  /// user. `suballocate` false: every buffer it allocates is the daemon's
+  /// (none is made in the client's own ranges).
+  explicit Helper(const std::string& socket_dir, int uid = -1, bool suballocate = true);
   /// Starts `argv`: a command line that ends by exec'ing gpubroker-test-helper
   /// (under unshare, say); waits until it has a session.
   explicit Helper(const std::vector<std::string>& argv);
@@ -129,6 +131,8 @@ class Helper {
   std::string Ok(const std::string& command,
                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
   void Kill9();
+  /// One figure of the client's "stats" line (its ClientStats); -1 when absent.
+  int64_t Stat(const std::string& key);
   /// "exit" and wait; returns the exit code.
   int Exit();
 

@@ -5,6 +5,7 @@
 //
 //   --socket-dir DIR   the daemon to talk to
 //   --uid UID          become this user before connecting (tests of tenants; needs root)
+//   --no-suballocate   every buffer is the daemon's (tests of the daemon's own buffers)
 #include <grp.h>
 #include <unistd.h>
 
@@ -126,7 +127,9 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
       ao.tensor = t;
     }
     Buffer b = client.allocate(std::stoull(w[2]), ao);
-    const std::string id = std::to_string(b.id());
+    if (opts.count("publish")) b.publish();
+    // A buffer this client made has no id until published (see "id").
+    const std::string id = std::to_string(b.is_published() ? b.id() : 0);
     buffers[w[1]] = std::move(b);
     return "ok " + id;
   }
@@ -199,6 +202,46 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
     return "ok backing=" + i.backing + " device=" + i.device_uuid +
            " size=" + std::to_string(i.size) + " reserved=" + std::to_string(i.reserved_size);
   }
+  if (cmd == "id") {  // publishes a client-made buffer, as Buffer::id() does
+    need(2);
+    return "ok " + std::to_string(buffer(w[1]).id());
+  }
+  if (cmd == "publish") {
+    need(2);
+    buffer(w[1]).publish();
+    return "ok " + std::to_string(buffer(w[1]).id());
+  }
+  if (cmd == "trim") {
+    client.trim();
+    return "ok";
+  }
+  if (cmd == "stats") {  // the client's own books and paths
+    const auto s = client.stats();
+    return "ok client_made=" + std::to_string(s.client_made) +
+           " daemon_session=" + std::to_string(s.daemon_session) +
+           " daemon_grpc=" + std::to_string(s.daemon_grpc) +
+           " publishes=" + std::to_string(s.publishes) + " ranges=" + std::to_string(s.ranges) +
+           " range_bytes=" + std::to_string(s.range_bytes) +
+           " in_use_blocks=" + std::to_string(s.in_use_blocks) +
+           " in_use_bytes=" + std::to_string(s.in_use_bytes) +
+           " quarantined_bytes=" + std::to_string(s.quarantined_bytes) +
+           " maps_mapped=" + std::to_string(s.maps_mapped) +
+           " maps_imported=" + std::to_string(s.maps_imported) +
+           " maps_cached=" + std::to_string(s.maps_cached) +
+           " cache_hits=" + std::to_string(s.mapping_cache_hits) +
+           " cache_misses=" + std::to_string(s.mapping_cache_misses) +
+           " cache_evictions=" + std::to_string(s.mapping_cache_evictions) +
+           " cache_entries=" + std::to_string(s.mapping_cache_entries) +
+           " cache_bytes=" + std::to_string(s.mapping_cache_bytes);
+  }
+  if (cmd == "evict") {  // unmap every kept mapping
+    client.evict_mappings();
+    return "ok";
+  }
+  if (cmd == "addr") {  // where the buffer is mapped in this process
+    need(2);
+    return "ok " + std::to_string(reinterpret_cast<uintptr_t>(buffer(w[1]).data()));
+  }
   if (cmd == "seal") {
     need(2);
     buffer(w[1]).seal();
@@ -230,12 +273,16 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
 int main(int argc, char** argv) {
   std::string socket_dir;
   long uid = -1;
+  gpubroker::ConnectOptions options;
+  options.client_name = "test-helper";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--socket-dir" && i + 1 < argc) {
       socket_dir = argv[++i];
     } else if (a == "--uid" && i + 1 < argc) {
       uid = std::stol(argv[++i]);
+    } else if (a == "--no-suballocate") {
+      options.suballocate = false;
     } else {
       std::cerr << "gpubroker-test-helper: unknown argument " << a << "\n";
       return 2;
@@ -252,7 +299,7 @@ int main(int argc, char** argv) {
   std::map<std::string, Buffer> buffers;
   std::optional<Client> client;
   try {
-    client = Client::connect(socket_dir, {"test-helper"});
+    client = Client::connect(socket_dir, options);
   } catch (const gpubroker::Error& e) {
     std::cout << "err " << gpubroker::ErrorCodeName(e.code()) << " " << e.message() << std::endl;
     return 1;

@@ -153,20 +153,26 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
   h.Ok("seal a");
   h.Ok("open b m");
   const std::string body = HttpGet(daemon.metrics_address(), "/metrics");
-  for (const char* family :
-       {"gpubroker_build_info{version=", "gpubroker_sessions ",
-        "gpubroker_buffers{device=\"host\",tenant=",
-        "gpubroker_allocated_bytes{device=\"host\",tenant=",
-        "gpubroker_pool_capacity_bytes{device=\"host\"} 268435456",
-        "gpubroker_pool_reserved_bytes{device=\"host\"}",
-        "gpubroker_allocations_total{result=\"ok\"} 1",
-        "gpubroker_allocations_total{result=\"quota\"} 0",
-        "gpubroker_allocations_total{result=\"out_of_memory\"} 0",
-        "gpubroker_allocations_total{result=\"invalid\"} 0",
-        "gpubroker_allocation_duration_seconds_bucket", "gpubroker_opens_total{result=\"ok\"} 1",
-        "gpubroker_reclaimed_bytes_total{cause=\"died\"}",
-        "gpubroker_sessions_ended_total{end=\"closed\"}",
-        "gpubroker_sessions_ended_total{end=\"died\"}"}) {
+  for (const char* family : {"gpubroker_build_info{version=",
+                             "gpubroker_sessions ",
+                             "gpubroker_buffers{device=\"host\",tenant=",
+                             "gpubroker_allocated_bytes{device=\"host\",tenant=",
+                             "gpubroker_pool_capacity_bytes{device=\"host\"} 268435456",
+                             "gpubroker_pool_reserved_bytes{device=\"host\"}",
+                             "gpubroker_allocations_total{result=\"ok\"} 1",
+                             "gpubroker_allocations_total{result=\"quota\"} 0",
+                             "gpubroker_allocations_total{result=\"out_of_memory\"} 0",
+                             "gpubroker_allocations_total{result=\"invalid\"} 0",
+                             "gpubroker_allocation_duration_seconds_bucket",
+                             "gpubroker_opens_total{result=\"ok\"} 1",
+                             "gpubroker_reclaimed_bytes_total{cause=\"died\"}",
+                             "gpubroker_sessions_ended_total{end=\"closed\"}",
+                             "gpubroker_sessions_ended_total{end=\"died\"}",
+                             "gpubroker_client_allocations_total{path=\"client\"} 1",
+                             "gpubroker_client_allocations_total{path=\"session\"} 0",
+                             "gpubroker_client_maps_total{path=\"mapped\"}",
+                             "gpubroker_tenant_range_bytes{tenant=",
+                             "gpubroker_client_in_use_bytes{tenant="}) {
     EXPECT_NE(body.find(family), std::string::npos) << family << "\n" << body;
   }
   EXPECT_EQ(body.find("pid="), std::string::npos);

@@ -146,7 +146,9 @@ TEST(Metrics, AnUnlimitedQuotaHasNoSeriesAndUsageCountsWhatTheQuotaCounts) {
       "    uids: [65533]\n";
   Daemon daemon({}, config);
   ASSERT_TRUE(daemon.ok());
-  Helper h(daemon.socket_dir());
+  // The daemon's buffers, each charged as it is made (a client's own
+  // buffers are charged by the range they lie in).
+  Helper h(daemon.socket_dir(), -1, /*suballocate=*/false);
   h.Ok("alloc a 2097152");
   h.Ok("alloc b 1000");  // rounded up: the quota counts reserved bytes
   const auto m = daemon.Metrics();
@@ -171,7 +173,7 @@ TEST(Metrics, ReclaimedBytesSayWhetherTheOwnerDiedClosedOrTheTtlPassed) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
   {
-    Helper dies(daemon.socket_dir());
+    Helper dies(daemon.socket_dir(), -1, /*suballocate=*/false);
     dies.Ok("alloc a 3145728 name=d keep");
     dies.Ok("alloc b 1048576");
     dies.Kill9();
@@ -181,7 +183,7 @@ TEST(Metrics, ReclaimedBytesSayWhetherTheOwnerDiedClosedOrTheTtlPassed) {
   EXPECT_EQ(daemon.Metric("gpubroker_reclaimed_bytes_total{cause=\"died\"}"), 1 * kMiB)
       << "the kept buffer outlives its owner and is not reclaimed";
   {
-    Helper keeper(daemon.socket_dir());
+    Helper keeper(daemon.socket_dir(), -1, /*suballocate=*/false);
     keeper.Ok("alloc t 2097152 name=t keep ttl=300");
     EXPECT_EQ(keeper.Exit(), 0);
   }
@@ -243,7 +245,8 @@ TEST(Metrics, ProcessMetricsDescribeTheDaemonProcess) {
   EXPECT_NEAR(fds0, static_cast<double>(OpenFds(pid)), 2);
   std::vector<std::unique_ptr<Helper>> clients;
   for (int i = 0; i < 8; ++i) {
-    clients.push_back(std::make_unique<Helper>(daemon.socket_dir()));
+    // Every allocation a call, so that the work is the daemon's.
+    clients.push_back(std::make_unique<Helper>(daemon.socket_dir(), -1, /*suballocate=*/false));
     clients.back()->Ok("alloc a 4096");
   }
   m = daemon.Metrics();

@@ -1,5 +1,8 @@
 // Crashing clients are a normal event: kill -9 of an owner or an importer
-// gives back exactly their bytes, and nobody else's.
+// gives back exactly their bytes, and nobody else's. A client's bytes are the
+// ranges it leases (its buffers are carved from them, docs/fast-path.md):
+// the daemon's books and the client's own must agree, and a dead client's
+// ranges come back but for the published blocks that others still hold.
 #include <atomic>
 #include <thread>
 
@@ -18,6 +21,13 @@ constexpr const char* kReclaimedDied = "gpubroker_reclaimed_bytes_total{cause=\"
 int64_t UsedBytes(Helper& h) {
   return nlohmann::json::parse(h.Ok("status"))["devices"][0]["used_bytes"].get<int64_t>();
 }
+// A figure of the client's own books ("stats"): range_bytes, in_use_bytes, ...
+int64_t ClientStat(Helper& h, const std::string& key) {
+  const std::string s = " " + h.Ok("stats") + " ";
+  const size_t at = s.find(" " + key + "=");
+  if (at == std::string::npos) return -1;
+  return std::stoll(s.substr(at + key.size() + 2));
+}
 int64_t Sessions(Helper& h) {
   return nlohmann::json::parse(h.Ok("status"))["sessions"].get<int64_t>();
 }
@@ -27,23 +37,30 @@ TEST(Reclaim, SigkillOfAnOwnerReclaimsExactlyItsBytes) {
   ASSERT_TRUE(daemon.ok());
   Helper victim(daemon.socket_dir());
   Helper bystander(daemon.socket_dir());
-  victim.Ok("alloc a 1048576 name=victim.a");
+  victim.Ok("alloc a 1048576 name=victim.a publish");
   victim.Ok("alloc b 3145728 name=victim.b");
+  victim.Ok("alloc c 40000");
   victim.Ok("fill a 1");
   bystander.Ok("alloc c 2097152 name=bystander.c");
   bystander.Ok("fill c 5");
-  ASSERT_EQ(UsedBytes(bystander), 6 * kMiB);
+  const int64_t victims = ClientStat(victim, "range_bytes");
+  const int64_t bystanders = ClientStat(bystander, "range_bytes");
+  EXPECT_GE(victims, 4 * kMiB + 40000);
+  EXPECT_GE(bystanders, 2 * kMiB);
+  EXPECT_EQ(ClientStat(victim, "in_use_bytes"), 1048576 + 3145728 + 40960);  // 40000 in its class
+  // The daemon's books are the clients' ranges, to the byte.
+  ASSERT_EQ(UsedBytes(bystander), victims + bystanders);
   const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   victim.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(bystander) == 1; })) << "session not ended";
   // The session leaves the books first; its memory and the reclaim counter follow.
   ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= 4 * kMiB; }));
-  EXPECT_EQ(UsedBytes(bystander), 2 * kMiB);
-  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, 4 * kMiB);
+      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= victims; }));
+  EXPECT_EQ(UsedBytes(bystander), bystanders);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, victims);
   EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 1);
-  EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), 2 * kMiB);
+  EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), bystanders);
   EXPECT_EQ(bystander.Send("check c 5"), "ok") << "the bystander's buffer was touched";
   EXPECT_EQ(bystander.Send("open x victim.a unsealed").rfind("err NOT_FOUND", 0), 0u);
   EXPECT_NE(daemon.log().find("died"), std::string::npos);
@@ -60,23 +77,64 @@ TEST(Reclaim, SigkillOfAnImporterReclaimsExactlyItsBytes) {
   owner.Ok("alloc k 1048576 name=owner.kept");
   importer.Ok("open v shared");
   importer.Ok("alloc m 2097152 name=importer.own");
-  // The owner frees the shared buffer: its name goes, the importer's lease keeps the memory.
+  // The owner lets go of the shared buffer: its name goes, the importer's
+  // lease keeps the block, which waits in the owner's quarantine.
   owner.Ok("release s");
-  ASSERT_EQ(UsedBytes(owner), 4 * kMiB);
+  EXPECT_EQ(ClientStat(owner, "quarantined_bytes"), 1048576);
+  const int64_t owners = ClientStat(owner, "range_bytes");
+  const int64_t importers = ClientStat(importer, "range_bytes");
+  ASSERT_EQ(UsedBytes(owner), owners + importers);
   const double reclaimed_before = daemon.Metric(kReclaimedDied);
 
   importer.Kill9();
   ASSERT_TRUE(Eventually([&] { return Sessions(owner) == 1; }));
   ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= 3 * kMiB; }));
-  EXPECT_EQ(UsedBytes(owner), 1 * kMiB);
-  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, 3 * kMiB);
+      Eventually([&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= importers; }));
+  // The importer's ranges came back; the shared block went back to the
+  // owner's range (still charged with it).
+  EXPECT_EQ(UsedBytes(owner), owners);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, importers);
   EXPECT_EQ(daemon.Metric("gpubroker_allocated_bytes{device=\"host\",tenant=\"uid-" +
                           std::to_string(::geteuid()) + "\"}"),
-            1 * kMiB);
+            owners);
   owner.Ok("fill k 2");
   owner.Ok("release k");
+  // Trim hears that the shared block came back, and then every range is empty.
+  owner.Ok("trim");
+  EXPECT_EQ(ClientStat(owner, "quarantined_bytes"), 0);
+  EXPECT_EQ(ClientStat(owner, "range_bytes"), 0);
   EXPECT_EQ(UsedBytes(owner), 0);
+}
+
+TEST(Reclaim, ADeadOwnersPublishedBlockThatAnotherHoldsOutlivesItsRange) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  Helper owner(daemon.socket_dir());
+  Helper reader(daemon.socket_dir());
+  owner.Ok("alloc s 65536 name=held");
+  owner.Ok("alloc t 500000");
+  owner.Ok("fill s 3");
+  owner.Ok("seal s");
+  reader.Ok("open r held");
+  const int64_t owners = ClientStat(owner, "range_bytes");
+  const double reclaimed_before = daemon.Metric(kReclaimedDied);
+
+  owner.Kill9();
+  ASSERT_TRUE(Eventually([&] { return Sessions(reader) == 1; }));
+  // All of the owner's ranges came back but the block the reader holds,
+  // which is now charged by itself; its bytes are intact.
+  ASSERT_TRUE(Eventually(
+      [&] { return daemon.Metric(kReclaimedDied) - reclaimed_before >= owners - 65536; }));
+  EXPECT_EQ(daemon.Metric(kReclaimedDied) - reclaimed_before, owners - 65536);
+  EXPECT_EQ(UsedBytes(reader), 65536);
+  EXPECT_EQ(reader.Send("check r 3"), "ok");
+  EXPECT_EQ(daemon.Metric("gpubroker_buffers{device=\"host\",tenant=\"uid-" +
+                          std::to_string(::geteuid()) + "\"}"),
+            1);
+  reader.Ok("release r");
+  EXPECT_EQ(UsedBytes(reader), 0);
+  EXPECT_EQ(daemon.Metric("gpubroker_pool_reserved_bytes{device=\"host\"}"), 0)
+      << "every page of the dead owner's ranges went back to the kernel";
 }
 
 TEST(Reclaim, CleanExitCountsAsClosedNotDied) {
@@ -125,7 +183,8 @@ TEST(Reclaim, ASessionsEndAndItsReclaimAreSeenTogetherByEveryScrape) {
     }
   });
   for (int i = 0; i < kClients; ++i) {
-    Helper client(daemon.socket_dir());
+    // The daemon's own buffers: their bytes are exactly what was asked for.
+    Helper client(daemon.socket_dir(), /*uid=*/-1, /*suballocate=*/false);
     client.Ok("alloc x " + std::to_string(kBytes));
     client.Kill9();
   }

@@ -57,7 +57,7 @@ TEST(Service, TellsTheServiceManagerReadyWatchdogReloadingAndStopping) {
     EXPECT_NE(notify.WaitFor("WATCHDOG=1", 2s), "") << "ping " << i << ": " << notify.Seen();
   }
   // The status line follows the books.
-  client.Ok("alloc a 1048576");
+  client.Ok("alloc a 1048576 publish");  // a buffer of the books (a client-made one, published)
   EXPECT_NE(notify.WaitFor("1 buffers", 10s), "") << notify.Seen();
 
   daemon.Signal(SIGHUP);

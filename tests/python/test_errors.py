@@ -49,13 +49,22 @@ def test_invalid_argument(client):
 
 
 def test_already_exists(client):
-    first = client.allocate(64, name="dup")  # noqa: F841 - held: dropping it frees it
+    first = client.allocate(64, name="dup")  # held: dropping it frees it
+    first.publish()
+    # A buffer the client makes itself takes its name when it is published...
+    second = client.allocate(64, name="dup")
     with pytest.raises(gpubroker.AlreadyExists, match="taken"):
-        client.allocate(64, name="dup")
+        second.seal()
+    # ...one of the daemon's (kept past the session) when it is allocated.
+    with pytest.raises(gpubroker.AlreadyExists, match="taken"):
+        client.allocate(64, name="dup", keep=True)
 
 
 def test_failed_precondition_and_timeout(client):
-    held = client.allocate(64, name="unsealed")  # noqa: F841
+    held = client.allocate(64, name="unsealed")
+    with pytest.raises(gpubroker.NotFound):
+        client.open("unsealed")  # private to its maker until published
+    held.publish()
     with pytest.raises(gpubroker.FailedPrecondition):
         client.open("unsealed")
     assert client.open("unsealed", allow_unsealed=True).nbytes == 64

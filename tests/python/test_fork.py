@@ -4,8 +4,18 @@ and leaves the parent's session alone; it may connect anew."""
 import gc
 import os
 
+import pytest
+
 import gpubroker
 from conftest import eventually, used_bytes
+
+
+@pytest.fixture(autouse=True)
+def _daemon_made_buffers(monkeypatch):
+    """These tests read the daemon's books of each buffer, which see a buffer
+    of the daemon's from its allocation on: the clients here make none
+    themselves (test_client_made.py covers the buffers a client makes)."""
+    monkeypatch.setenv("GPUBROKER_SUBALLOCATE", "0")
 
 
 def _in_child(fn) -> int:

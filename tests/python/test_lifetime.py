@@ -11,6 +11,14 @@ import pytest
 import gpubroker
 from conftest import eventually, used_bytes
 
+
+@pytest.fixture(autouse=True)
+def _daemon_made_buffers(monkeypatch):
+    """These tests read the daemon's books of each buffer, which see a buffer
+    of the daemon's from its allocation on: the clients here make none
+    themselves (test_client_made.py covers the buffers a client makes)."""
+    monkeypatch.setenv("GPUBROKER_SUBALLOCATE", "0")
+
 PAGE = 4096
 
 

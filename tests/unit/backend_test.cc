@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
 
 #include "common/refusal.h"
 #include "daemon/backend/host_backend.h"
+#include "daemon/backend/leased_range.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backends_under_test.h"
 
@@ -99,6 +101,58 @@ TEST_P(BackendTest, IsolatedBufferHasAnFdOfItsOwn) {
   if ((*pooled)->import_info().region_id != 0) {
     EXPECT_EQ((*pooled)->own_region(), nullptr) << "a buffer in a region has no fd of its own";
   }
+}
+
+// Range leases (docs/fast-path.md), where the backend leases them: a range
+// takes its bytes from the capacity, a published block of it outlives it,
+// and every byte comes back once.
+TEST_P(BackendTest, LeasedRangeGivesEveryByteBackAndItsPublishedBlocksOutliveIt) {
+  const uint64_t limit = backend_->RangeLimit(0);
+  if (limit == 0) GTEST_SKIP() << GetParam().name << " leases no ranges";
+  const uint64_t g = backend_->RangeGranularity(0);
+  const uint64_t length = std::min<uint64_t>(limit, uint64_t{8} << 20) / g * g;
+  const DeviceUsage before = backend_->Usage(0);
+  auto range = backend_->LeaseRange(RangeRequest{0, "t", length});
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ((*range)->length(), length);
+  EXPECT_EQ(backend_->Usage(0).used_bytes, before.used_bytes + length);
+  // The whole range can be fetched and mapped as its region says.
+  const ImportInfo& whole = (*range)->import_info();
+  EXPECT_NE(whole.region_id, 0u);
+  EXPECT_TRUE(backend_->ExportRegion(whole.region_id, "t").ok());
+  EXPECT_FALSE(backend_->ExportRegion(whole.region_id, "other").ok()) << "another tenant's region";
+
+  auto block = (*range)->Carve(g, 4 * g, 4 * g - 8, 0x1234);
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_EQ((*block)->import_info().offset, whole.offset + g);
+  range->reset();  // the range goes; the published block stays
+  EXPECT_EQ(backend_->Usage(0).used_bytes, before.used_bytes + 4 * g);
+  block->reset();
+  EXPECT_EQ(backend_->Usage(0).used_bytes, before.used_bytes);
+  // The arena has all of it again: a range of the same length fits at once.
+  auto again = backend_->LeaseRange(RangeRequest{0, "t", length});
+  ASSERT_TRUE(again.ok()) << again.status();
+}
+
+TEST_P(BackendTest, ARangeBeyondTheCapacityIsOutOfMemory) {
+  const uint64_t limit = backend_->RangeLimit(0);
+  if (limit == 0) GTEST_SKIP() << GetParam().name << " leases no ranges";
+  const uint64_t capacity = backend_->devices()[0].capacity_bytes;
+  const uint64_t g = backend_->RangeGranularity(0);
+  std::vector<std::unique_ptr<LeasedRange>> held;
+  absl::Status refused;
+  for (uint64_t taken = 0; taken <= capacity; taken += limit / g * g) {
+    auto r = backend_->LeaseRange(RangeRequest{0, "t", limit / g * g});
+    if (!r.ok()) {
+      refused = r.status();
+      break;
+    }
+    held.push_back(std::move(*r));
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_EQ(RefusalOf(refused), Refusal::kOutOfMemory);
+  held.clear();
+  EXPECT_EQ(backend_->Usage(0).used_bytes, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest, ::testing::ValuesIn(BackendsUnderTest()),

@@ -63,13 +63,26 @@ class GPUBROKER_API Buffer {
   void* data() const noexcept;
   /// @brief Bytes asked for at allocation.
   uint64_t size() const noexcept { return info_.size; }
-  BufferId id() const noexcept { return info_.id; }
+  /// @brief The buffer's id. A buffer this client made and has not yet
+  /// published is published first (one round trip, the first time), so that
+  /// another process may open it by this id. 0 when that fails.
+  BufferId id() const noexcept;
   const std::string& name() const noexcept { return info_.name; }
   /// @brief UUID of the device the buffer lives on.
   const std::string& device() const noexcept { return info_.device_uuid; }
   const std::optional<TensorDesc>& tensor() const noexcept { return info_.tensor; }
-  /// @brief The daemon's description, as of the last call on this handle.
-  const BufferInfo& info() const noexcept { return info_; }
+  /// @brief The daemon's description, as of the last call on this handle
+  /// (publishes a client-made buffer first, as id() does).
+  const BufferInfo& info() const noexcept;
+  /// @brief False for a buffer this client made and has not yet published:
+  /// no other process can open it yet.
+  bool is_published() const noexcept { return info_.id != 0; }
+  /// @brief Makes a buffer this client made known to the daemon now, under
+  /// its name, unsealed, so that others may open it (with allow_unsealed, or
+  /// wait for its seal). Nothing for a buffer that is known already.
+  /// @throws AlreadyExistsError when its name is taken.
+  void publish();
+
   /// @brief True when this handle came from allocate().
   bool is_owner() const noexcept { return owner_; }
   bool valid() const noexcept { return impl_ != nullptr; }
@@ -84,7 +97,8 @@ class GPUBROKER_API Buffer {
 #endif
 
   /// @brief Marks the writes complete (ALLOCATED -> SEALED); readers waiting in
-  /// open() wake up.
+  /// open() wake up. A buffer this client made is published and sealed in
+  /// one frame; its name is taken then (AlreadyExistsError here).
   ///
   /// On the CUDA backends the buffer's ready fence is recorded on `stream` (a
   /// cudaStream_t; nullptr: the legacy default stream) first, so the producer
@@ -121,9 +135,10 @@ class GPUBROKER_API Buffer {
   Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,
          std::unique_ptr<detail::Mapping> mapping, bool owner);
   void Reset(bool report_errors);
+  void EnsurePublished() const noexcept;
 
   std::shared_ptr<detail::ClientImpl> impl_;
-  BufferInfo info_;
+  mutable BufferInfo info_;  // a client-made buffer gets its id when published
   std::unique_ptr<detail::Mapping> mapping_;
   bool owner_ = false;
 };
@@ -141,6 +156,13 @@ class GPUBROKER_API Client {
   static Client connect(const std::string& socket_dir = {}, const ConnectOptions& options = {});
 
   /// @brief Allocates a buffer; this session owns it and holds a lease on it.
+  ///
+  /// Served by this client's own allocator, with no call to the daemon, in
+  /// ranges it leases from the daemon (charged to the tenant's quota as a
+  /// whole), unless `keep`, `ttl` or `share_with` is given or the buffer is
+  /// larger than a range: then the daemon makes it. Such a client-made buffer
+  /// is private to this process until published (seal(), id(), info()).
+  /// Memory of a block this client used before is not zeroed.
   /// @throws InvalidArgumentError (size 0, over the device, bad name or tensor),
   ///         AlreadyExistsError (name taken), QuotaExceededError, OutOfMemoryError or
   ///         LimitExceededError (each a ResourceExhaustedError: quota, device full, count limit).
@@ -168,6 +190,17 @@ class GPUBROKER_API Client {
   std::vector<BufferInfo> list();
   /// @brief Version, backend, devices, pools, tenants, sessions.
   BrokerStatus status();
+
+  /// @brief Gives back to the daemon every range this client holds empty
+  /// (and its threads' cached blocks): quota for others of its tenant.
+  void trim();
+  /// @brief What this client did, by path, and its allocator's books.
+  ClientStats stats() const;
+  /// @brief Unmaps every freed buffer's memory that this client keeps mapped
+  /// (ConnectOptions::mapping_cache_bytes), and tells the daemon, which may
+  /// then free it at once. The next buffer served from such memory imports
+  /// it anew.
+  void evict_mappings();
 
   /// @brief This client's session (id, tenant, daemon version, backend).
   const SessionInfo& session() const;

@@ -163,6 +163,18 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_client_check(const gpubroker_client
 GPUBROKER_C_API uint64_t gpubroker_client_session_id(const gpubroker_client_t* client);
 /** @brief The session's tenant. Valid as long as the handle. */
 GPUBROKER_C_API const char* gpubroker_client_tenant(const gpubroker_client_t* client);
+/**
+ * @brief Gives back to the daemon every range this client holds empty (its
+ * buffers are carved from ranges it leases; docs/fast-path.md).
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_trim(gpubroker_client_t* client);
+/**
+ * @brief JSON of what this client did, by path (allocations made here or by
+ * the daemon, maps of memory mapped already or imported), and of its own
+ * allocator's books; free with gpubroker_string_free.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_client_stats_json(const gpubroker_client_t* client,
+                                                               char** out);
 
 /** @brief Allocates a buffer owned by this session. options may be NULL. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_allocate(gpubroker_client_t* client, uint64_t size,
@@ -195,6 +207,12 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_list_json(gpubroker_client_t* clien
 GPUBROKER_C_API gpubroker_status_t gpubroker_status_json(gpubroker_client_t* client, char** out);
 GPUBROKER_C_API void gpubroker_string_free(char* s);
 
+/**
+ * @brief Makes a buffer this client made known to the daemon now, under its
+ * name, unsealed, so that others may open it (gpubroker_buffer_id does it
+ * too). GPUBROKER_ALREADY_EXISTS when its name is taken.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_publish(gpubroker_buffer_t* buffer);
 /** @brief Marks the producer's writes complete (the ready fence on the legacy default stream). */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer);
 /**
@@ -260,6 +278,11 @@ GPUBROKER_C_API const char* gpubroker_buffer_device(const gpubroker_buffer_t* bu
 GPUBROKER_C_API int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API int gpubroker_buffer_is_owner(const gpubroker_buffer_t* buffer);
 /**
+ * @brief 0 for a buffer this client made and has not published yet (it has
+ * no id; no other process can open it), else 1. Makes no call.
+ */
+GPUBROKER_C_API int gpubroker_buffer_is_published(const gpubroker_buffer_t* buffer);
+/**
  * @brief The CUDA ordinal of the buffer's device in this process (DLPack's
  * device_id; CUDA_VISIBLE_DEVICES may make it differ from the daemon's), or -1
  * for host memory.
@@ -298,8 +321,8 @@ enum gpubroker_buffer_flags {
  */
 typedef struct gpubroker_buffer_facts {
   uint32_t struct_size;
-  uint32_t flags; /**< gpubroker_buffer_flags */
-  uint64_t id;
+  uint32_t flags;         /**< gpubroker_buffer_flags */
+  uint64_t id;            /**< 0 for a buffer this client made and has not published */
   uint64_t size;          /**< bytes asked for at allocation */
   void* data;             /**< gpubroker_buffer_data */
   const char* name;       /**< "" when unnamed */

@@ -76,7 +76,9 @@ struct BufferInfo {
   uint32_t leases = 0;
   uint64_t owner_session = 0;  ///< 0 once the owner's session has ended
   int64_t created_unix_ms = 0;
-  std::string backing;  ///< "host-arena", "host-fd", "cuda-pool", "cuda-vmm"
+  std::string backing;  ///< "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+  /// Made by its owner's client in a range it leased (docs/fast-path.md).
+  bool client_made = false;
 };
 
 struct DeviceStatus {
@@ -99,6 +101,8 @@ struct TenantStatus {
   uint64_t used_bytes = 0;
   uint32_t buffers = 0;
   uint32_t sessions = 0;
+  uint64_t range_bytes = 0;  ///< of used_bytes: ranges that its clients lease
+  uint32_t ranges = 0;
 };
 
 /// @brief This client's session.
@@ -153,11 +157,57 @@ struct OpenOptions {
 struct ConnectOptions {
   std::string client_name = "cpp";                                   ///< shown in the daemon's log
   std::chrono::milliseconds call_timeout{std::chrono::seconds(30)};  ///< deadline of each call
+  /// Serve allocate() from ranges this client leases, with no call per
+  /// buffer, where the daemon leases ranges (docs/fast-path.md). The
+  /// environment variable GPUBROKER_SUBALLOCATE=0 turns it off too.
+  bool suballocate = true;
+  /// Empty ranges the client keeps for its next allocations (charged to its
+  /// tenant's quota while kept); beyond it they go back to the daemon.
+  uint64_t retain_bytes = uint64_t{2} << 30;
+  /// Bytes of freed buffers' memory of their own (cuda-vmm, host-fd) that the
+  /// client keeps mapped, least recently kept out first, so that the next
+  /// buffer the daemon serves from the same memory needs no import
+  /// (docs/fast-path.md). The memory stays the daemon's: it asks the client
+  /// to unmap before it frees it. 0 turns the cache off; so does the
+  /// environment variable GPUBROKER_MAPPING_CACHE_BYTES=0 (which sets the
+  /// bound otherwise).
+  uint64_t mapping_cache_bytes = uint64_t{256} << 30;
+};
+
+/// @brief What this client did, by path: no slow path is silent. Totals
+/// since connect; the books of its own allocator as of now.
+struct ClientStats {
+  // Allocations.
+  uint64_t client_made = 0;     ///< served by the client's own allocator: no call
+  uint64_t cache_hits = 0;      ///< of those, by the calling thread's cache
+  uint64_t daemon_session = 0;  ///< made by the daemon, asked on session.sock
+  uint64_t daemon_grpc = 0;     ///< made by the daemon, asked through gRPC (large, shared)
+  uint64_t publishes = 0;       ///< client-made buffers made known to the daemon
+  // Opens (and the owner's own map of a daemon-made buffer).
+  uint64_t maps_mapped = 0;    ///< the memory was mapped already (arena, slab): a pointer
+  uint64_t maps_imported = 0;  ///< imported and mapped anew
+  uint64_t maps_cached = 0;    ///< memory of its own kept mapped from an earlier buffer
+  uint64_t opens_grpc = 0;     ///< the open itself went through gRPC (it waited)
+  // The mapping cache of memory of its own (cuda-vmm, host-fd).
+  uint64_t mapping_cache_hits = 0;       ///< maps that found the memory kept mapped
+  uint64_t mapping_cache_misses = 0;     ///< maps that imported it
+  uint64_t mapping_cache_evictions = 0;  ///< unmapped: for room, on request, by evict
+  uint64_t mapping_cache_entries = 0;    ///< allocations kept mapped now
+  uint64_t mapping_cache_bytes = 0;      ///< their bytes
+  // The client's own allocator, now.
+  uint64_t ranges = 0;
+  uint64_t range_bytes = 0;
+  uint64_t in_use_blocks = 0;
+  uint64_t in_use_bytes = 0;
+  uint64_t cached_bytes = 0;       ///< in threads' caches
+  uint64_t free_bytes = 0;         ///< free inside the ranges
+  uint64_t quarantined_bytes = 0;  ///< published blocks released here, still leased elsewhere
 };
 
 /// @brief JSON renderings, as `gpubroker --json` prints them.
 GPUBROKER_API std::string ToJson(const BufferInfo& info);
 GPUBROKER_API std::string ToJson(const std::vector<BufferInfo>& buffers);
 GPUBROKER_API std::string ToJson(const BrokerStatus& status);
+GPUBROKER_API std::string ToJson(const ClientStats& stats);
 
 }  // namespace gpubroker

@@ -58,6 +58,9 @@ class _Facts:
             raise lib.error(rc)
         (_, flags, self.id, self.nbytes, base, _, _, _, dtype, ndim, _, self.byte_offset, _,
          _) = _lib.FACTS_LAYOUT.unpack_from(f)  # fmt: skip
+        # A buffer this client made has no id until it is published: None,
+        # and asking for it publishes it (one round trip).
+        self.id: Optional[int] = self.id or None
         self.base: int = base or 0
         self.name: str = f.name.decode()
         self.device: str = f.device.decode()
@@ -116,7 +119,35 @@ class Buffer:
                 raise Released("buffer was released")
             return self._read_facts()
 
-    id = property(lambda self: self._f().id, doc="The buffer's id.")
+    @property
+    def id(self) -> int:
+        """The buffer's id. A buffer this client made is published first (one
+        round trip, the first time), so that another process may open it by
+        this id; 0 once released unpublished."""
+        f = self._f()
+        if f.id is None:
+            with self._lock:
+                if f.id is None and self._h is not None:
+                    f.id = self._lib.buffer_id(self._h)
+        return f.id or 0
+
+    @property
+    def is_published(self) -> bool:
+        """False for a buffer this client made and has not published yet: no
+        other process can open it."""
+        with self._lock:
+            if self._h is None:
+                return bool(self._f().id)
+            return bool(self._lib.buffer_is_published(self._h))
+
+    def publish(self) -> None:
+        """Makes a buffer this client made known to the daemon now, under its
+        name, unsealed, so that others may open it (``id`` does it too).
+        Raises AlreadyExists when its name is taken."""
+        from ._client import check
+
+        with self._lock:
+            check(self._lib, self._lib.buffer_publish(self._usable()))
     name = property(lambda self: self._f().name, doc='Its name ("" when unnamed).')
     nbytes = property(lambda self: self._f().nbytes, doc="Bytes asked for at allocation.")
     device = property(lambda self: self._f().device, doc='UUID of its device ("host").')
@@ -152,7 +183,9 @@ class Buffer:
     def __repr__(self) -> str:
         desc = f"{self.dtype}{list(self.shape)}" if self.shape is not None else "bytes"
         state = "released" if self._h is None else ("sealed" if self.is_sealed else "allocated")
-        return (f"<gpubroker.Buffer {self.name or '(unnamed)'} id={self.id} {desc} "
+        # No publication for a repr: an unpublished buffer shows no id.
+        shown = self._facts.id if self._facts is not None and self._facts.id else "-"
+        return (f"<gpubroker.Buffer {self.name or '(unnamed)'} id={shown} {desc} "
                 f"{self.nbytes} bytes on {self.device} {state}>")  # fmt: skip
 
     def info(self) -> "BufferInfo":
@@ -202,8 +235,9 @@ class Buffer:
             h = self._h
             if h is None:
                 return
-            if self._facts is None:
-                self._facts = _Facts(self._lib, h)  # the attributes stay readable
+            f = self._read_facts()  # the attributes stay readable
+            if f.id is None and self._lib.buffer_is_published(h):
+                f.id = self._lib.buffer_id(h)
             self._h = None
             rc = self._lib.buffer_release(h)
         if rc:

@@ -43,6 +43,7 @@ class BufferInfo:
     owner_session: int  # 0 once the owner's session has ended
     created_unix_ms: int
     backing: str  # "host-arena", "host-fd", "cuda-arena", "cuda-pool", "cuda-vmm"
+    client_made: bool = False  # made by its owner's client in a range it leased
 
     @classmethod
     def from_json(cls, j: Dict[str, Any]) -> "BufferInfo":
@@ -57,7 +58,7 @@ class BufferInfo:
             keep=j["keep"], expires_unix_ms=j["expires_unix_ms"],
             shared_with=tuple(j["shared_with"]), leases=j["leases"],
             owner_session=j["owner_session"], created_unix_ms=j["created_unix_ms"],
-            backing=j["backing"],
+            backing=j["backing"], client_made=j.get("client_made", False),
         )  # fmt: skip
 
 
@@ -80,9 +81,17 @@ class DeviceStatus:
 class TenantStatus:
     name: str
     quota_bytes: int  # 0: unlimited
-    used_bytes: int
+    used_bytes: int  # charged: ranges its clients lease, buffers of the daemon's
     buffers: int
     sessions: int
+    range_bytes: int = 0  # of used_bytes: the ranges its clients lease
+    ranges: int = 0
+
+
+def _known(cls: Any, j: Dict[str, Any]) -> Dict[str, Any]:
+    """The fields of `j` that `cls` has: a newer daemon may say more."""
+    names = cls.__dataclass_fields__.keys()
+    return {k: v for k, v in j.items() if k in names}
 
 
 @dataclass(frozen=True)
@@ -106,8 +115,8 @@ class Status:
     def from_json(cls, j: Dict[str, Any]) -> "Status":
         return cls(
             version=j["version"], backend=j["backend"],
-            devices=tuple(DeviceStatus(**d) for d in j["devices"]),
-            tenants=tuple(TenantStatus(**t) for t in j["tenants"]),
+            devices=tuple(DeviceStatus(**_known(DeviceStatus, d)) for d in j["devices"]),
+            tenants=tuple(TenantStatus(**_known(TenantStatus, t)) for t in j["tenants"]),
             sessions=j["sessions"], buffers=j["buffers"], metrics_address=j["metrics_address"],
             socket_dir=j["socket_dir"], started_unix_ms=j["started_unix_ms"],
             session_id=j["self"]["session_id"], tenant=j["self"]["tenant"], raw=j,
@@ -402,6 +411,21 @@ class Client:
     def list(self) -> List[BufferInfo]:
         """The buffers this tenant may see."""
         return [BufferInfo.from_json(b) for b in self._json(self._lib.list_json)]
+
+    def trim(self) -> None:
+        """Gives back to the daemon every range this client holds empty (its
+        buffers are carved from ranges it leases; see docs/fast-path.md)."""
+        h = self._enter()
+        try:
+            check(self._lib, self._lib.trim(h))
+        finally:
+            self._leave()
+
+    def stats(self) -> Dict[str, Any]:
+        """What this client did, by path (allocations made here or by the
+        daemon, maps of memory mapped already or imported), and its own
+        allocator's books: ranges, bytes in use, cached, free, quarantined."""
+        return self._json(self._lib.client_stats_json)
 
     def status(self) -> Status:
         """Version, backend, devices, pools, tenants, sessions."""

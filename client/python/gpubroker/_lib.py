@@ -165,6 +165,12 @@ class Library:
         proto(c, "gpubroker_buffer_release", c_int, c_void_p)
         proto(c, "gpubroker_view_release", None, c_void_p)
         proto(c, "gpubroker_buffer_info_json", c_int, c_void_p, POINTER(c_void_p))
+        # A buffer this client made is published the first time its id is
+        # asked for (one round trip): blocking too.
+        proto(c, "gpubroker_buffer_id", c_uint64, c_void_p)
+        proto(c, "gpubroker_buffer_publish", c_int, c_void_p)
+        proto(c, "gpubroker_trim", c_int, c_void_p)
+        proto(c, "gpubroker_client_stats_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_buffer_to_dlpack_on", c_int, c_void_p, c_uint32, c_void_p, pp)
         # Getters and bookkeeping that return at once (the GIL is kept).
         proto(py, "gpubroker_last_error", c_char_p)
@@ -177,11 +183,11 @@ class Library:
         proto(py, "gpubroker_client_tenant", c_char_p, c_void_p)
         proto(py, "gpubroker_buffer_data", c_void_p, c_void_p)
         proto(py, "gpubroker_buffer_size", c_uint64, c_void_p)
-        proto(py, "gpubroker_buffer_id", c_uint64, c_void_p)
         proto(py, "gpubroker_buffer_name", c_char_p, c_void_p)
         proto(py, "gpubroker_buffer_device", c_char_p, c_void_p)
         proto(py, "gpubroker_buffer_is_sealed", c_int, c_void_p)
         proto(py, "gpubroker_buffer_is_owner", c_int, c_void_p)
+        proto(py, "gpubroker_buffer_is_published", c_int, c_void_p)
         proto(py, "gpubroker_buffer_device_ordinal", c_int32, c_void_p)
         proto(
             py,

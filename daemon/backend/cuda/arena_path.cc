@@ -1,6 +1,7 @@
 #include "daemon/backend/cuda/arena_path.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "common/refusal.h"
@@ -8,6 +9,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/unix_socket.h"
+#include "daemon/backend/leased_range.h"
 #include "daemon/backend/range_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -136,23 +138,24 @@ class ArenaBuffer final : public BackendBuffer {
 // `size` bytes: as large as the arena so far (64 MiB to 2 GiB), within what
 // the device may lend.
 absl::StatusOr<ExportedVmm> NewSlabMemory(CudaDeviceState& d, const std::string& tenant,
-                                          uint64_t arena_bytes, uint64_t size) {
+                                          uint64_t arena_bytes, uint64_t size, bool may_wait) {
   const uint64_t granularity = d.granularity();
   const uint64_t least = RoundUp(size, granularity);
   uint64_t want = std::max(least, std::clamp(arena_bytes, kSlabMin, kSlabMax));
   const uint64_t held = d.vmm_held.load();
   const uint64_t room = d.capacity() > held ? RoundUp(d.capacity() - held, granularity) : 0;
   want = std::max(least, std::min(want, room));
-  auto memory = d.Lend(tenant, want, "slab", /*reuse_kept=*/false);
-  if (!memory.ok() && want > least) {  // fuller than our books say: the least will do
-    want = least;
-    memory = d.Lend(tenant, want, "slab", /*reuse_kept=*/false);
+  auto lent = d.Lend(tenant, want, "slab", {.may_wait = may_wait});
+  if (lent.status().code() == absl::StatusCode::kResourceExhausted && want > least) {
+    want = least;  // fuller than our books say: the least will do
+    lent = d.Lend(tenant, want, "slab", {.may_wait = may_wait});
   }
-  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+  if (lent.status().code() == absl::StatusCode::kResourceExhausted) {
     return OutOfMemoryRefusal(StrCat("out of memory on ", d.info.uuid, ": a ", want,
                                      "-byte slab for tenant '", tenant, "' failed"));
   }
-  return memory;
+  GPUBROKER_RETURN_IF_ERROR(lent.status());
+  return std::move(lent->memory);
 }
 
 }  // namespace
@@ -171,6 +174,33 @@ std::shared_ptr<TenantArena> ArenaPath::ArenaFor(const std::string& tenant) {
   return arena;
 }
 
+absl::Status ArenaPath::Place(const std::shared_ptr<TenantArena>& owner, const std::string& tenant,
+                              uint64_t size, bool may_wait, std::shared_ptr<ArenaSlab>* slab,
+                              uint64_t* offset) {
+  CudaDeviceState& d = *device_;
+  TenantArena& arena = *owner;
+  absl::MutexLock lock(&arena.mu);
+  for (const auto& s : arena.slabs) {
+    if (auto o = s->ranges.Allocate(size)) {
+      *slab = s;
+      *offset = *o;
+      return absl::OkStatus();
+    }
+  }
+  GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory,
+                             NewSlabMemory(d, tenant, arena.bytes, size, may_wait));
+  auto made = std::make_shared<ArenaSlab>(device_, std::move(memory), owner);
+  made->id = regions_.Add(tenant, made);
+  arena.slabs.push_back(made);
+  arena.bytes += made->size();
+  counters_->slab_bytes += made->size();
+  *offset = made->ranges.Allocate(size).value();  // a new slab has room for it
+  spdlog::info("cuda-arena: slab {} of {} for tenant '{}' on {} (arena now {})", made->id,
+               FormatBytes(made->size()), tenant, d.info.uuid, FormatBytes(arena.bytes));
+  *slab = std::move(made);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const AllocationRequest& req,
                                                                    CapacityGuard::Claim claim) {
   CudaDeviceState& d = *device_;
@@ -179,28 +209,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const Allocat
   const uint64_t size = RoundUp(req.size, kAlignment);
   std::shared_ptr<ArenaSlab> slab;
   uint64_t offset = 0;
-  {
-    absl::MutexLock lock(&arena->mu);
-    for (const auto& s : arena->slabs) {
-      if (auto o = s->ranges.Allocate(size)) {
-        slab = s;
-        offset = *o;
-        break;
-      }
-    }
-    if (!slab) {
-      GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory,
-                                 NewSlabMemory(d, req.tenant, arena->bytes, size));
-      slab = std::make_shared<ArenaSlab>(device_, std::move(memory), arena);
-      slab->id = regions_.Add(req.tenant, slab);
-      arena->slabs.push_back(slab);
-      arena->bytes += slab->size();
-      counters_->slab_bytes += slab->size();
-      offset = slab->ranges.Allocate(size).value();  // a new slab has room for it
-      spdlog::info("cuda-arena: slab {} of {} for tenant '{}' on {} (arena now {})", slab->id,
-                   FormatBytes(slab->size()), req.tenant, d.info.uuid, FormatBytes(arena->bytes));
-    }
-  }
+  GPUBROKER_RETURN_IF_ERROR(Place(arena, req.tenant, size, req.may_wait, &slab, &offset));
   claim.Resize(size);
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;
@@ -211,6 +220,52 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const Allocat
   fence.Describe(info);
   return std::make_unique<ArenaBuffer>(std::move(arena), std::move(slab), counters_,
                                        std::move(claim), std::move(fence), std::move(info));
+}
+
+uint64_t ArenaPath::RangeLimit() { return kSlabMax; }
+
+absl::StatusOr<std::unique_ptr<LeasedRange>> ArenaPath::LeaseRange(const RangeRequest& req,
+                                                                   CapacityGuard::Claim claim) {
+  std::shared_ptr<TenantArena> arena = ArenaFor(req.tenant);
+  const uint64_t length = RoundUp(req.length, kAlignment);
+  std::shared_ptr<ArenaSlab> slab;
+  uint64_t offset = 0;
+  GPUBROKER_RETURN_IF_ERROR(Place(arena, req.tenant, length, req.may_wait, &slab, &offset));
+  counters_->used_bytes += length;
+  ImportInfo info;
+  info.kind = ImportKind::kCudaArena;
+  info.region_id = slab->id;
+  info.offset = offset;
+  info.mapped_size = length;
+  info.device_uuid = device_->info.uuid;
+  // The range's claim on the capacity shrinks as its spans come back. (The
+  // client makes the work that used a span complete before it gives the
+  // span back or the session ends: its release synchronizes, and a dead
+  // process has no work left.)
+  struct Held {
+    absl::Mutex mu;
+    CapacityGuard::Claim claim ABSL_GUARDED_BY(mu);
+  };
+  auto held = std::make_shared<Held>();
+  {
+    absl::MutexLock lock(&held->mu);
+    claim.Resize(length);
+    held->claim = std::move(claim);
+  }
+  auto free_span = [arena, slab, held, counters = counters_, base = offset](uint64_t at,
+                                                                            uint64_t size) {
+    bool empty = false;
+    {
+      absl::MutexLock lock(&arena->mu);
+      slab->ranges.Free(base + at, size);
+      empty = slab->ranges.free_bytes() == slab->ranges.capacity();
+    }
+    counters->used_bytes -= size;
+    if (empty) arena->ReleaseIfIdle(slab->id);
+    absl::MutexLock lock(&held->mu);
+    held->claim.Resize(held->claim.bytes() - size);
+  };
+  return std::make_unique<LeasedRange>(std::move(info), std::move(free_span), kAlignment);
 }
 
 void ArenaPath::AddUsage(DeviceUsage& usage) const {

@@ -8,12 +8,15 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/backend/backend.h"
 #include "daemon/backend/cuda/device.h"
 #include "daemon/backend/cuda/fence_page.h"
 #include "daemon/backend/region_table.h"
 
 namespace gpubroker {
 
+class ArenaSlab;
+class LeasedRange;
 class TenantArena;
 
 /// cuda-arena (the default under the VMM threshold): byte ranges of a
@@ -33,6 +36,14 @@ class ArenaPath final : public BufferPath {
                                                           CapacityGuard::Claim claim) override;
   void AddUsage(DeviceUsage& usage) const override;
 
+  /// A range of `req.length` bytes of the tenant's slabs for one session to
+  /// carve buffers from (docs/fast-path.md): their fences are words in the
+  /// buffers themselves, so the range takes no fence slot.
+  absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req,
+                                                          CapacityGuard::Claim claim);
+  /// Ranges are at most a slab.
+  static uint64_t RangeLimit();
+
   /// Bytes of live ranges and of slabs, shared with the buffers.
   struct Counters {
     std::atomic<uint64_t> slab_bytes{0};
@@ -41,6 +52,10 @@ class ArenaPath final : public BufferPath {
 
  private:
   std::shared_ptr<TenantArena> ArenaFor(const std::string& tenant);
+  /// `size` bytes of one of the tenant's slabs (a new slab when none has room).
+  absl::Status Place(const std::shared_ptr<TenantArena>& arena, const std::string& tenant,
+                     uint64_t size, bool may_wait, std::shared_ptr<ArenaSlab>* slab,
+                     uint64_t* offset);
 
   const std::shared_ptr<CudaDeviceState> device_;
   FencePages& fences_;

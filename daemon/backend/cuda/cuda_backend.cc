@@ -1,5 +1,7 @@
 #include "daemon/backend/cuda/cuda_backend.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
@@ -8,6 +10,7 @@
 #include "daemon/backend/cuda/fence_page.h"
 #include "daemon/backend/cuda/pool_path.h"
 #include "daemon/backend/cuda/vmm_path.h"
+#include "daemon/backend/leased_range.h"
 
 namespace gpubroker {
 namespace {
@@ -23,6 +26,7 @@ struct CudaBackend::Device {
   std::shared_ptr<CudaDeviceState> state;
   std::unique_ptr<FencePages> fences;
   std::unique_ptr<BufferPath> small;
+  ArenaPath* arena = nullptr;  // `small`, when it is the arena
   std::unique_ptr<VmmPath> vmm;
 };
 
@@ -66,7 +70,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                                  std::move(stream));
     d->fences = std::make_unique<FencePages>(d->state, backend->regions_);
     if (options.small_buffers == SmallBuffers::kArena) {
-      d->small = std::make_unique<ArenaPath>(d->state, *d->fences, backend->regions_);
+      auto arena = std::make_unique<ArenaPath>(d->state, *d->fences, backend->regions_);
+      d->arena = arena.get();
+      d->small = std::move(arena);
     } else {
       d->small =
           std::make_unique<PoolPath>(d->state, *d->fences, backend->regions_, options.pool_retain);
@@ -101,6 +107,32 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> CudaBackend::Allocate(const Alloc
                              d.state->lent->Take(RoundedSize(req.device, req.size, req.isolated)));
   BufferPath& path = UsesVmm(req.size, req.isolated) ? *d.vmm : *d.small;
   return path.Allocate(req, std::move(claim));
+}
+
+uint64_t CudaBackend::RangeLimit(int device) const {
+  if (device < 0 || device >= static_cast<int>(devices_.size())) return 0;
+  if (devices_[device]->arena == nullptr) return 0;
+  // Under the VMM threshold, as every buffer of the arena is.
+  const uint64_t below = options_.vmm_threshold > 512 ? options_.vmm_threshold - 512 : 0;
+  return std::min(ArenaPath::RangeLimit(), below) / 512 * 512;
+}
+
+absl::StatusOr<std::unique_ptr<LeasedRange>> CudaBackend::LeaseRange(const RangeRequest& req) {
+  if (req.device < 0 || req.device >= static_cast<int>(devices_.size()) ||
+      devices_[req.device]->arena == nullptr) {
+    return absl::FailedPreconditionError("ranges are leased on the cuda-arena path only");
+  }
+  Device& d = *devices_[req.device];
+  GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, d.state->lent->Take(req.length));
+  return d.arena->LeaseRange(req, std::move(claim));
+}
+
+void CudaBackend::SetMappingHolders(MappingHolders* holders) {
+  for (auto& d : devices_) d->state->kept.set_holders(holders);
+}
+
+void CudaBackend::AllocationUnheld(AllocationId id) {
+  for (auto& d : devices_) d->state->kept.Unheld(id);
 }
 
 absl::StatusOr<FdGrant> CudaBackend::ExportRegion(RegionId region, std::string_view tenant) {

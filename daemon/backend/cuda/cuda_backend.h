@@ -58,6 +58,12 @@ class CudaBackend final : public Backend {
   void RegionUnheld(RegionId region) override { regions_.DropHolder(region); }
   DeviceUsage Usage(int device) const override;
   uint64_t QuickAllocationLimit() const override { return options_.vmm_threshold; }
+  /// Ranges of the tenant's arena slabs (cuda-arena only), under the VMM threshold.
+  uint64_t RangeLimit(int device) const override;
+  uint64_t RangeGranularity(int /*device*/) const override { return 512; }
+  absl::StatusOr<std::unique_ptr<LeasedRange>> LeaseRange(const RangeRequest& req) override;
+  void SetMappingHolders(MappingHolders* holders) override;
+  void AllocationUnheld(AllocationId id) override;
 
  private:
   struct Device;

@@ -96,37 +96,4 @@ void ExportedVmm::Release() {
   handle_ = 0;
 }
 
-std::optional<ExportedVmm> KeptVmm::Take(const std::string& tenant, uint64_t size) {
-  absl::MutexLock lock(&mu_);
-  auto t = kept_.find(tenant);
-  if (t == kept_.end()) return std::nullopt;
-  auto c = t->second.find(size);
-  if (c == t->second.end()) return std::nullopt;
-  ExportedVmm memory = std::move(c->second);
-  t->second.erase(c);
-  bytes_ -= size;
-  return memory;
-}
-
-void KeptVmm::Keep(const std::string& tenant, ExportedVmm memory) {
-  const uint64_t size = memory.size();
-  absl::MutexLock lock(&mu_);
-  kept_[tenant].emplace(size, std::move(memory));
-  bytes_ += size;
-}
-
-uint64_t KeptVmm::Drop() {
-  ByTenant gone;
-  {
-    absl::MutexLock lock(&mu_);
-    gone.swap(kept_);
-  }
-  uint64_t bytes = 0;
-  for (const auto& [tenant, sizes] : gone) {
-    for (const auto& [size, memory] : sizes) bytes += size;
-  }
-  bytes_ -= bytes;
-  return bytes;  // `gone` releases them here, outside the lock
-}
-
 }  // namespace gpubroker

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cuda/cuda_util.h"
 #include "common/unique_fd.h"
+#include "daemon/backend/kept_allocations.h"
 
 namespace gpubroker {
 
@@ -54,28 +55,19 @@ class ExportedVmm {
   std::string lent_to_;
 };
 
-/// Freed VMM allocations of tenant-private buffers, kept (with their fds) by
-/// tenant and size for that tenant's next buffer of the same size (taken
-/// through CudaDeviceState::Lend): a new one
-/// costs ~0.35 ms at 40 GiB at best and far more when the driver has memory
-/// to clear. Dropped when the device needs the room. Only the tenant's own
-/// sessions ever held descriptors of them. Thread-safe.
-class KeptVmm {
+/// An ExportedVmm as a kept allocation (KeptAllocations, by tenant and
+/// size, for the tenant's next buffer of the same size, taken through
+/// CudaDeviceState::Lend: a new one costs ~0.35 ms at 40 GiB at best and far
+/// more when the driver has memory to clear). Only the tenant's own sessions
+/// ever held descriptors of it.
+class KeptVmm final : public KeptAllocations::Memory {
  public:
-  ~KeptVmm() { Drop(); }
-
-  /// One of `tenant`'s of exactly `size` bytes, if one is kept.
-  std::optional<ExportedVmm> Take(const std::string& tenant, uint64_t size);
-  void Keep(const std::string& tenant, ExportedVmm memory);
-  /// Releases every kept allocation (outside the lock); the bytes released.
-  uint64_t Drop();
-  uint64_t bytes() const { return bytes_.load(); }
+  explicit KeptVmm(ExportedVmm memory) : memory_(std::move(memory)) {}
+  uint64_t size() const override { return memory_.size(); }
+  ExportedVmm Take() && { return std::move(memory_); }
 
  private:
-  using ByTenant = std::map<std::string, std::multimap<uint64_t, ExportedVmm>>;
-  absl::Mutex mu_;
-  ByTenant kept_ ABSL_GUARDED_BY(mu_);
-  std::atomic<uint64_t> bytes_{0};
+  ExportedVmm memory_;
 };
 
 }  // namespace gpubroker

@@ -64,9 +64,9 @@ absl::StatusOr<std::shared_ptr<FencePage>> FencePages::PageFor(const std::string
   absl::MutexLock lock(&mu_);
   if (auto it = pages_.find(tenant); it != pages_.end()) return it->second;
   // Zeroed by Lend: a word of a fresh page reads 0, which no fence value is.
-  GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory, device_->Lend(tenant, device_->granularity(),
-                                                               "fence page", /*reuse_kept=*/false));
-  auto page = std::make_shared<FencePage>(device_, std::move(memory));
+  GPUBROKER_ASSIGN_OR_RETURN(CudaDeviceState::Lent lent,
+                             device_->Lend(tenant, device_->granularity(), "fence page", {}));
+  auto page = std::make_shared<FencePage>(device_, std::move(lent.memory));
   page->set_id(regions_.Add(tenant, page));
   pages_[tenant] = page;
   bytes_ += page->size();

@@ -41,10 +41,13 @@ class VmmBuffer final : public BackendBuffer, public ExportedRegion {
     *live_bytes_ -= size;
     device_->vmm_held -= size;
     // Kept while the device has room for it beside what is lent; otherwise
-    // memory_ releases it.
+    // released, once no client maps it any more (they are asked to unmap).
+    auto memory = std::make_unique<KeptVmm>(std::move(memory_));
     if (!keep_for_.empty() &&
         device_->lent->used() + device_->kept.bytes() + size <= device_->capacity()) {
-      device_->kept.Keep(keep_for_, std::move(memory_));
+      device_->kept.Keep(keep_for_, info_.allocation_id, std::move(memory));
+    } else {
+      device_->kept.Retire(info_.allocation_id, std::move(memory));
     }
   }
 
@@ -80,12 +83,21 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const Allocatio
   const uint64_t size = RoundedSize(req.size, d.info.vmm_granularity);
   claim.Resize(size);
   const std::string keep_for = req.isolated ? std::string() : req.tenant;
-  auto memory = d.Lend(req.tenant, size, "buffer", /*reuse_kept=*/!keep_for.empty());
-  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+  // A buffer shared across tenants is never kept: another tenant held its fd.
+  // A new allocation may take over 0.1 s: not on the session socket's thread.
+  auto lent = d.Lend(req.tenant, size, "buffer",
+                     {.reuse_kept = !keep_for.empty(),
+                      .may_create = !req.kept_only && req.may_wait,
+                      .may_wait = req.may_wait});
+  if (lent.status().code() == absl::StatusCode::kResourceExhausted) {
     return OutOfMemoryRefusal(
         StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
   }
-  GPUBROKER_RETURN_IF_ERROR(memory.status());
+  GPUBROKER_RETURN_IF_ERROR(lent.status());
+  // The kept allocation's id where it was one (clients that kept it mapped
+  // find it so), else a new one for memory that may be kept.
+  const AllocationId id =
+      lent->kept_id != 0 ? lent->kept_id : (keep_for.empty() ? 0 : NewAllocationId());
   ImportInfo info;
   info.kind = ImportKind::kCudaVmm;
   info.region_id = 0;
@@ -93,14 +105,17 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const Allocatio
   info.device_uuid = d.info.uuid;
   info.fence_offset = FenceOffset(req.size);
   info.fence_value = NewFenceValue();  // new for every buffer: a kept word never reads as ready
-  return std::make_unique<VmmBuffer>(device_, live_bytes_, std::move(claim), std::move(*memory),
-                                     std::move(info), keep_for);
+  info.allocation_id = id;
+  return std::make_unique<VmmBuffer>(device_, live_bytes_, std::move(claim),
+                                     std::move(lent->memory), std::move(info), keep_for);
 }
 
 void VmmPath::AddUsage(DeviceUsage& usage) const {
   const uint64_t live = live_bytes_->load();
   usage.reserved_bytes += live + device_->kept.bytes();
   usage.used_bytes += live;
+  usage.kept_bytes += device_->kept.bytes();
+  usage.unmapping_bytes += device_->kept.draining_bytes();
 }
 
 }  // namespace gpubroker

@@ -1,0 +1,23 @@
+#pragma once
+
+// B, the peer process of the CUDA hand-over cases (--serve-cuda-peer), and
+// the operations A asks of it. CUDA builds only.
+
+#include <cstdint>
+
+namespace gpubroker::bench {
+
+enum PeerOp : uint32_t {
+  kImportPool = 1,  // fd: a bare exportable pool of A's
+  kBrokerOpen = 2,  // a: buffer id; answer: a = Open+map ns, b = write+sync ns
+  kBarePool = 3,    // data: cudaMemPoolPtrExportData
+  kBareVmm = 4,     // fd, a: size
+  kOpenWait = 5,    // data: name
+  kRelease = 6,
+  kQuit = 7,
+  kPing = 8,        // answered at once: the bare round trip between A and B
+  kFloorSetup = 9,  // fd, a: size of a VMM allocation that B maps once
+  kFloor = 10,      // a: fence value, b: fence offset; B waits on it, writes, syncs
+};
+
+}  // namespace gpubroker::bench

@@ -1,0 +1,76 @@
+"""Buffers the client makes itself, in ranges it leases (docs/fast-path.md):
+private until published, published (and sealed) in one call, their bytes
+charged as the client's ranges, all of it given back by trim."""
+
+import numpy as np
+
+import gpubroker
+from conftest import eventually, used_bytes
+
+
+def names(client):
+    return {b.name for b in client.list()}
+
+
+def books(client):
+    return client.stats()["books"]
+
+
+def test_a_buffer_made_here_is_private_until_published(client):
+    buf = client.allocate(shape=(256,), dtype="float32", name="made.here")
+    assert not buf.is_published
+    assert client.stats()["allocations"]["client_made"] == 1
+    assert "made.here" not in names(client)
+    buf.as_numpy()[:] = 2.0
+    buf.seal()  # publishes and seals in one call
+    assert buf.is_published and buf.is_sealed
+    info = {b.name: b for b in client.list()}["made.here"]
+    assert info.client_made and info.state == "sealed" and info.id == buf.id
+    other = gpubroker.connect(client.status().socket_dir)
+    seen = other.open("made.here")
+    assert float(seen.as_numpy().sum()) == 512.0
+    seen.release()
+    other.close()
+
+
+def test_the_id_publishes_and_another_process_may_open_it_unsealed(client):
+    buf = client.allocate(64, name="made.id")
+    assert not buf.is_published
+    ident = buf.id  # publishes
+    assert ident != 0 and buf.is_published
+    assert client.open(ident, allow_unsealed=True).nbytes == 64
+
+
+def test_the_daemon_charges_the_clients_ranges_and_trim_gives_them_back(client):
+    bufs = [client.allocate(4096 * (i + 1)) for i in range(8)]
+    b = books(client)
+    assert b["in_use_blocks"] == 8
+    assert b["range_bytes"] >= sum(x.nbytes for x in bufs)
+    assert used_bytes(client) == b["range_bytes"], "the daemon's books are the client's ranges"
+    t = client.status().tenant_status()
+    assert t.range_bytes == b["range_bytes"] and t.ranges == b["ranges"]
+    for x in bufs:
+        x.release()
+    assert books(client)["in_use_bytes"] == 0
+    client.trim()
+    assert books(client)["range_bytes"] == 0
+    assert eventually(lambda: used_bytes(client) == 0)
+
+
+def test_a_published_block_waits_for_its_readers_before_it_is_reused(client):
+    buf = client.allocate(shape=(1024,), dtype="uint8", name="made.held")
+    buf.as_numpy()[:] = 7
+    buf.seal()
+    other = gpubroker.connect(client.status().socket_dir)
+    reader = other.open("made.held")
+    buf.release()  # the owner lets go; the reader's lease keeps the block
+    assert books(client)["quarantined_bytes"] == 1024
+    again = client.allocate(shape=(1024,), dtype="uint8")
+    again.as_numpy()[:] = 1  # a block of its own, not the reader's
+    assert np.all(reader.as_numpy() == 7)
+    reader.release()
+    other.close()
+    again.release()
+    client.trim()  # hears that the block came back, then gives everything back
+    assert books(client)["quarantined_bytes"] == 0
+    assert eventually(lambda: used_bytes(client) == 0)
