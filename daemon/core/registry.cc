@@ -395,6 +395,7 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
       report.buffers_destroyed++;
     }
   }
+  totals_.reclaimed_ttl += report.reclaimed_bytes;
   return report;
 }
 
@@ -425,6 +426,7 @@ void Registry::AddBooksTo(NodeStatus& status) const {
   status.sessions = static_cast<uint32_t>(sessions_.size());
   status.buffers = static_cast<uint32_t>(buffers_.size());
   status.waiting_opens = static_cast<uint32_t>(waits_.size());
+  status.totals = totals_;
   status.tenants = books_.Tally();
   absl::flat_hash_map<std::pair<int, std::string>, NodeStatus::Cell> cells;
   for (const auto& [id, b] : buffers_) {

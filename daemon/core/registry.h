@@ -101,6 +101,13 @@ struct WaitLimits {
   std::chrono::milliseconds default_timeout{60000};
 };
 
+/// How a session ended.
+enum class SessionEnd {
+  kClosed,    // the client said Goodbye
+  kDied,      // its connection ended without one (a crash, kill -9)
+  kShutdown,  // the daemon is stopping (not counted)
+};
+
 /// What ending a session gave back.
 struct SessionEndReport {
   SessionView session;
@@ -145,8 +152,9 @@ class Registry {
 
   /// UNAVAILABLE once shutdown has begun.
   absl::StatusOr<SessionView> OpenSession(const PeerCredentials& peer, std::string client_name);
-  /// Drops the session's leases and frees what it owned (but `keep` buffers).
-  SessionEndReport EndSession(SessionId session);
+  /// Drops the session's leases and frees what it owned (but `keep` buffers),
+  /// and counts the end and what it reclaimed in the same step.
+  SessionEndReport EndSession(SessionId session, SessionEnd how = SessionEnd::kClosed);
   /// The session a token belongs to; UNAUTHENTICATED when none.
   absl::StatusOr<SessionView> Authenticate(const Token& token) const;
 
@@ -304,6 +312,7 @@ class Registry {
   std::shared_ptr<const TenantDirectory> tenants_ ABSL_GUARDED_BY(mu_);
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
+  NodeStatus::Totals totals_ ABSL_GUARDED_BY(mu_);
   WaitList waits_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaitId, Parked> parked_ ABSL_GUARDED_BY(mu_);
 };

@@ -41,10 +41,11 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   by_token_[TokenKey(view.token)] = view.id;
   sessions_[view.id] = Session{view, {}, {}};
   books_.SessionOpened(view.tenant);
+  totals_.sessions_started++;
   return view;
 }
 
-SessionEndReport Registry::EndSession(SessionId id) {
+SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
   SessionEndReport report;
   Graveyard dead;   // destroyed after the lock is released
   Answers answers;  // delivered after the lock is released
@@ -83,6 +84,13 @@ SessionEndReport Registry::EndSession(SessionId id) {
       report.reclaimed_bytes += bytes;
       report.buffers_destroyed++;
     }
+  }
+  if (how == SessionEnd::kClosed) {
+    totals_.sessions_closed++;
+    totals_.reclaimed_closed += report.reclaimed_bytes;
+  } else if (how == SessionEnd::kDied) {
+    totals_.sessions_died++;
+    totals_.reclaimed_died += report.reclaimed_bytes;
   }
   return report;
 }

@@ -94,22 +94,16 @@ class ArenaBuffer final : public BackendBuffer {
 // the device may lend.
 absl::StatusOr<ExportedVmm> NewSlabMemory(CudaDeviceState& d, const std::string& tenant,
                                           uint64_t arena_bytes, uint64_t size) {
-  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
   const uint64_t granularity = d.granularity();
   const uint64_t least = RoundUp(size, granularity);
   uint64_t want = std::max(least, std::clamp(arena_bytes, kSlabMin, kSlabMax));
   const uint64_t held = d.vmm_held.load();
   const uint64_t room = d.capacity() > held ? RoundUp(d.capacity() - held, granularity) : 0;
   want = std::max(least, std::min(want, room));
-  cuda::ScopedDevice on(d.info.ordinal);
-  GPUBROKER_RETURN_IF_ERROR(on.status());
-  auto memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
-  if (memory.status().code() == absl::StatusCode::kResourceExhausted && d.kept.Drop() > 0) {
-    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
-  }
+  auto memory = d.Lend(tenant, want, "slab", /*reuse_kept=*/false);
   if (!memory.ok() && want > least) {  // fuller than our books say: the least will do
     want = least;
-    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
+    memory = d.Lend(tenant, want, "slab", /*reuse_kept=*/false);
   }
   if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
     return OutOfMemoryRefusal(StrCat("out of memory on ", d.info.uuid, ": a ", want,

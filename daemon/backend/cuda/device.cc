@@ -1,13 +1,23 @@
 #include "daemon/backend/cuda/device.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <utility>
 
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "common/units.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
+namespace {
+
+// New allocations, and zeroing, slower than these are logged with what they took.
+constexpr auto kSlowAllocation = std::chrono::milliseconds(20);
+constexpr auto kSlowZeroing = std::chrono::milliseconds(5);
+
+}  // namespace
 
 absl::StatusOr<CudaStream> CudaStream::Create(int ordinal) {
   cuda::ScopedDevice on(ordinal);
@@ -70,6 +80,42 @@ uint64_t CudaDeviceState::granularity() const {
 
 void CudaDeviceState::MakeRoomForLent() {
   if (lent->used() + kept.bytes() > lent->capacity()) kept.Drop();
+}
+
+absl::StatusOr<ExportedVmm> CudaDeviceState::Lend(const std::string& tenant, uint64_t size,
+                                                  std::string_view what, bool reuse_kept) {
+  cuda::ScopedDevice on(info.ordinal);
+  GPUBROKER_RETURN_IF_ERROR(on.status());
+  std::optional<ExportedVmm> memory;
+  if (reuse_kept) memory = kept.Take(tenant, size);
+  if (!memory) {
+    GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
+    MakeRoomForLent();
+    const auto start = std::chrono::steady_clock::now();
+    auto made = ExportedVmm::Create(*api, info.ordinal, size, what);
+    if (made.status().code() == absl::StatusCode::kResourceExhausted && kept.Drop() > 0) {
+      made = ExportedVmm::Create(*api, info.ordinal, size, what);
+    }
+    GPUBROKER_RETURN_IF_ERROR(made.status());
+    memory = std::move(*made);
+    if (const auto took = std::chrono::steady_clock::now() - start; took > kSlowAllocation) {
+      spdlog::info("cuda: a new {} {} on {} took {:.1f} ms", FormatBytes(size), what, info.uuid,
+                   std::chrono::duration<double, std::milli>(took).count());
+    }
+  }
+  if (memory->lent_to() != tenant) {
+    const auto start = std::chrono::steady_clock::now();
+    GPUBROKER_RETURN_IF_ERROR(memory->Zero(info.ordinal, stream.get()));
+    zeroed_bytes += size;
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (took > kSlowZeroing) {
+      spdlog::info("cuda: zeroing a {} {} for tenant '{}' on {} took {:.1f} ms", FormatBytes(size),
+                   what, tenant, info.uuid,
+                   std::chrono::duration<double, std::milli>(took).count());
+    }
+    memory->set_lent_to(tenant);
+  }
+  return std::move(*memory);
 }
 
 }  // namespace gpubroker

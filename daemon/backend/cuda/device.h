@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/cuda/cuda_util.h"
@@ -48,6 +50,11 @@ class CudaMemPool {
 /// One GPU that the backend serves, and what every path on it shares: the
 /// bytes lent out of its capacity, a stream, the VMM allocations held and the
 /// ones kept for reuse. Buffers hold it (shared) as long as they live.
+///
+/// Lend() is the one place where VMM memory changes tenant: every slab, fence
+/// page and VMM buffer comes from it, and so does every reuse of a kept
+/// allocation. Its rule: memory reaches a tenant holding none of another
+/// tenant's bytes.
 struct CudaDeviceState {
   CudaDevice info;
   int index = 0;  // position in Backend::devices()
@@ -57,6 +64,7 @@ struct CudaDeviceState {
   // not the kept ones), which bound the size of a new slab.
   std::atomic<uint64_t> vmm_held{0};
   KeptVmm kept;
+  std::atomic<uint64_t> zeroed_bytes{0};  // by Lend, since start
 
   CudaDeviceState(CudaDevice d, int i, uint64_t capacity, CudaStream s);
   uint64_t capacity() const { return lent->capacity(); }
@@ -64,6 +72,18 @@ struct CudaDeviceState {
   uint64_t granularity() const;
   /// Drops the kept VMM allocations when lent and kept together pass the capacity.
   void MakeRoomForLent();
+
+  /// `size` bytes of VMM memory (a multiple of the granularity) for `tenant`:
+  /// one of the tenant's kept allocations of that size where `reuse_kept` and
+  /// one is kept, else a new one (the kept ones are dropped once if the device
+  /// is full). Memory that was last lent to another tenant, and memory new
+  /// from the driver (which may hand back pages this daemon released for
+  /// another tenant: CUDA does not promise to clear them), is zeroed on the
+  /// device before it is returned; a tenant's own kept memory is not (as
+  /// with any caching allocator). RESOURCE_EXHAUSTED when the device has no
+  /// room (the caller words the refusal). Makes the device current itself.
+  absl::StatusOr<ExportedVmm> Lend(const std::string& tenant, uint64_t size, std::string_view what,
+                                   bool reuse_kept);
 };
 
 /// One way of making GPU buffers on one device: arena slabs, CUDA pools, or

@@ -1,7 +1,6 @@
 #include "daemon/backend/cuda/vmm_path.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "common/refusal.h"
 #include "common/status_macros.h"
@@ -13,9 +12,6 @@
 
 namespace gpubroker {
 namespace {
-
-// New allocations slower than this are logged, with what they took.
-constexpr auto kSlowAllocation = std::chrono::milliseconds(20);
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -81,33 +77,15 @@ uint64_t VmmPath::RoundedSize(uint64_t size, uint64_t granularity) {
 absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const AllocationRequest& req,
                                                                  CapacityGuard::Claim claim) {
   CudaDeviceState& d = *device_;
-  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
   const uint64_t size = RoundedSize(req.size, d.info.vmm_granularity);
   claim.Resize(size);
   const std::string keep_for = req.isolated ? std::string() : req.tenant;
-  std::optional<ExportedVmm> memory;
-  if (!keep_for.empty()) memory = d.kept.Take(keep_for, size);
-  if (!memory) {
-    d.MakeRoomForLent();  // lent (this request included) plus kept may not pass the capacity
-    cuda::ScopedDevice on(d.info.ordinal);
-    GPUBROKER_RETURN_IF_ERROR(on.status());
-    const auto start = std::chrono::steady_clock::now();
-    auto made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
-    if (made.status().code() == absl::StatusCode::kResourceExhausted && d.kept.Drop() > 0) {
-      made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
-    }
-    if (made.status().code() == absl::StatusCode::kResourceExhausted) {
-      return OutOfMemoryRefusal(
-          StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
-    }
-    GPUBROKER_RETURN_IF_ERROR(made.status());
-    const auto took = std::chrono::steady_clock::now() - start;
-    if (took > kSlowAllocation) {
-      spdlog::info("cuda-vmm: a new {} on {} took {:.1f} ms", FormatBytes(size), d.info.uuid,
-                   std::chrono::duration<double, std::milli>(took).count());
-    }
-    memory = std::move(*made);
+  auto memory = d.Lend(req.tenant, size, "buffer", /*reuse_kept=*/!keep_for.empty());
+  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+    return OutOfMemoryRefusal(
+        StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
   }
+  GPUBROKER_RETURN_IF_ERROR(memory.status());
   ImportInfo info;
   info.kind = ImportKind::kCudaVmm;
   info.region_id = 0;
