@@ -351,7 +351,20 @@ absl::StatusOr<FdGrant> Registry::ExportRegionFd(SessionId session_id, RegionId 
     if (it == sessions_.end()) return SessionEnded();
     tenant = it->second.view.tenant;
   }
-  return backend_.ExportRegion(region, tenant);
+  absl::StatusOr<FdGrant> grant = backend_.ExportRegion(region, tenant);
+  if (!grant.ok()) return grant;
+  // Counted as held before the session's books say so, and uncounted when
+  // they do not take it (held already, or the session ended meanwhile): the
+  // backend's count never misses a holder, whatever runs in between.
+  backend_.RegionHeld(region);
+  bool counted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it != sessions_.end()) counted = it->second.regions.insert(region).second;
+  }
+  if (!counted) backend_.RegionUnheld(region);
+  return grant;
 }
 
 absl::StatusOr<FdGrant> Registry::ExportBufferFd(SessionId session_id, BufferId id) {

@@ -232,6 +232,7 @@ class Registry {
     SessionView view;
     absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
     absl::flat_hash_set<BufferId> owned;
+    absl::flat_hash_set<RegionId> regions;  // whose descriptors it received
   };
   struct Buffer {
     BufferView view;

@@ -1,5 +1,7 @@
 // The registry's sessions, and its life: construction, shutdown, release.
 // (Buffers, leases and descriptors are in registry.cc, waiting Opens in registry_waits.cc.)
+#include <vector>
+
 #include "absl/time/time.h"
 #include "daemon/core/registry.h"
 #include "daemon/core/registry_internal.h"
@@ -45,10 +47,31 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   return view;
 }
 
+namespace {
+
+// Tells the backend, when it goes, that a session no longer holds these
+// regions: after the lock is released and the session's dead buffers are gone.
+class UnholdOnExit {
+ public:
+  explicit UnholdOnExit(Backend& backend) : backend_(backend) {}
+  UnholdOnExit(const UnholdOnExit&) = delete;
+  UnholdOnExit& operator=(const UnholdOnExit&) = delete;
+  ~UnholdOnExit() {
+    for (RegionId r : regions) backend_.RegionUnheld(r);
+  }
+  std::vector<RegionId> regions;
+
+ private:
+  Backend& backend_;
+};
+
+}  // namespace
+
 SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
   SessionEndReport report;
-  Graveyard dead;   // destroyed after the lock is released
-  Answers answers;  // delivered after the lock is released
+  UnholdOnExit unhold(backend_);  // last: after the buffers below
+  Graveyard dead;                 // destroyed after the lock is released
+  Answers answers;                // delivered after the lock is released
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return report;
@@ -56,6 +79,7 @@ SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
   AnswerAll(id, SessionEnded(), answers);
   Session session = std::move(it->second);
   sessions_.erase(it);
+  unhold.regions.assign(session.regions.begin(), session.regions.end());
   by_token_.erase(TokenKey(session.view.token));
   books_.SessionEnded(session.view.tenant);
   report.session = session.view;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "common/cuda/cuda_util.h"
@@ -417,6 +418,40 @@ tenants:
   EXPECT_GE(daemon.Metric(zeroed) - zeroed_before,
             static_cast<double>(kLarge * kLargeBytes + kSmall * kSmallBytes))
       << "the daemon zeroed less than green was lent the first time";
+}
+
+// An arena slab goes back to the device once no buffer uses it and no
+// client maps it; a client that mapped it keeps it (and its bytes counted as
+// reserved) until its session ends, whichever way.
+TEST_P(GpuPath, EmptySlabsGoBackOnceNoClientMapsThem) {
+  SKIP_WITHOUT_GPU();
+  if (GetParam() != "arena") GTEST_SKIP() << "slabs are the arena path's (pools keep their own)";
+  Daemon daemon(Args());
+  ASSERT_TRUE(daemon.ok());
+  Helper observer(daemon.socket_dir());
+  auto reserved = [&] { return Device0(observer)["reserved_bytes"].get<uint64_t>(); };
+  auto owner = std::make_unique<Helper>(daemon.socket_dir());
+  auto reader = std::make_unique<Helper>(daemon.socket_dir());
+  owner->Ok("alloc x 4096 name=first");  // the tenant's first slab (64 MiB) and fence page
+  owner->Ok("seal x");
+  reader->Ok("open y first");  // the reader maps the slab too
+  const uint64_t with_slab = reserved();
+  owner->Ok("release x");
+  reader->Ok("release y");
+  EXPECT_EQ(reserved(), with_slab) << "both clients still map the empty slab";
+  owner->Kill9();
+  owner.reset();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(reserved(), with_slab) << "the reader still maps it";
+  EXPECT_EQ(reader->Exit(), 0);
+  reader.reset();
+  ASSERT_TRUE(Eventually([&] { return reserved() == with_slab - 64 * kMiB; }))
+      << "reserved " << reserved() << ", with the slab " << with_slab;
+  // The tenant's next buffer gets a new slab, zeroed like any memory new to it.
+  Helper next(daemon.socket_dir());
+  next.Ok("alloc z 4096");
+  EXPECT_EQ(next.Send("zeros z"), "ok");
+  EXPECT_EQ(reserved(), with_slab);
 }
 
 TEST_P(GpuPath, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {

@@ -30,8 +30,12 @@ class ArenaSlab final : public ExportedRegion {
   const ExportedVmm memory_;
 
  public:
-  ArenaSlab(std::shared_ptr<CudaDeviceState> device, ExportedVmm memory)
-      : device_(std::move(device)), memory_(std::move(memory)), ranges(memory_.size()) {
+  ArenaSlab(std::shared_ptr<CudaDeviceState> device, ExportedVmm memory,
+            std::weak_ptr<TenantArena> owner)
+      : device_(std::move(device)),
+        memory_(std::move(memory)),
+        arena(std::move(owner)),
+        ranges(memory_.size()) {
     device_->vmm_held += memory_.size();
   }
   ~ArenaSlab() override { device_->vmm_held -= memory_.size(); }
@@ -40,19 +44,55 @@ class ArenaSlab final : public ExportedRegion {
     GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, DupFd(memory_.fd()));
     return FdGrant{std::move(fd), FdKind::kCudaSlab, memory_.size(), device_->info.uuid};
   }
+  void Unheld() const override;
   uint64_t size() const { return memory_.size(); }
 
   RegionId id = 0;
+  const std::weak_ptr<TenantArena> arena;
   RangeAllocator ranges;  // after memory_, which it spans; under the arena's lock
 };
 
 // A tenant's slabs on one device.
 class TenantArena {
  public:
+  TenantArena(std::string tenant, RegionTable& regions, std::shared_ptr<ArenaPath::Counters> c)
+      : tenant_(std::move(tenant)), regions_(regions), counters_(std::move(c)) {}
+
+  /// Gives slab `id` back to the device when no buffer uses it and no live
+  /// session holds its descriptor (so no client maps it): a client that has
+  /// mapped it keeps it until its session ends. Call without `mu`.
+  void ReleaseIfIdle(RegionId id) ABSL_LOCKS_EXCLUDED(mu) {
+    std::shared_ptr<ArenaSlab> gone;  // released after the lock
+    {
+      absl::MutexLock lock(&mu);
+      auto it = std::find_if(slabs.begin(), slabs.end(),
+                             [id](const auto& slab) { return slab->id == id; });
+      if (it == slabs.end()) return;
+      const ArenaSlab& slab = **it;
+      if (slab.ranges.free_bytes() != slab.ranges.capacity() || regions_.Holders(id) > 0) return;
+      gone = std::move(*it);
+      slabs.erase(it);
+      bytes -= gone->size();
+      counters_->slab_bytes -= gone->size();
+      regions_.Remove(id);
+    }
+    spdlog::info("cuda-arena: slab {} of {} of tenant '{}' given back (unused, unmapped)", id,
+                 FormatBytes(gone->size()), tenant_);
+  }
+
   absl::Mutex mu;
   std::vector<std::shared_ptr<ArenaSlab>> slabs ABSL_GUARDED_BY(mu);
   uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+
+ private:
+  const std::string tenant_;
+  RegionTable& regions_;
+  const std::shared_ptr<ArenaPath::Counters> counters_;
 };
+
+void ArenaSlab::Unheld() const {
+  if (auto a = arena.lock()) a->ReleaseIfIdle(id);
+}
 
 namespace {
 
@@ -70,11 +110,14 @@ class ArenaBuffer final : public BackendBuffer {
     counters_->used_bytes += info_.mapped_size;
   }
   ~ArenaBuffer() override {
+    bool empty = false;
     {
       absl::MutexLock lock(&arena_->mu);
       slab_->ranges.Free(info_.offset, info_.mapped_size);
+      empty = slab_->ranges.free_bytes() == slab_->ranges.capacity();
     }
     counters_->used_bytes -= info_.mapped_size;
+    if (empty) arena_->ReleaseIfIdle(slab_->id);
   }
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
@@ -124,7 +167,7 @@ ArenaPath::ArenaPath(std::shared_ptr<CudaDeviceState> device, FencePages& fences
 std::shared_ptr<TenantArena> ArenaPath::ArenaFor(const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   auto& arena = arenas_[tenant];
-  if (!arena) arena = std::make_shared<TenantArena>();
+  if (!arena) arena = std::make_shared<TenantArena>(tenant, regions_, counters_);
   return arena;
 }
 
@@ -148,7 +191,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const Allocat
     if (!slab) {
       GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory,
                                  NewSlabMemory(d, req.tenant, arena->bytes, size));
-      slab = std::make_shared<ArenaSlab>(device_, std::move(memory));
+      slab = std::make_shared<ArenaSlab>(device_, std::move(memory), arena);
       slab->id = regions_.Add(req.tenant, slab);
       arena->slabs.push_back(slab);
       arena->bytes += slab->size();
