@@ -438,11 +438,10 @@ TEST(CAbi, ViewOnAStreamIsTheViewAndRefusesWhatItRefuses) {
   EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
   EXPECT_EQ(client.List().size(), 1u);
   gpubroker_view_release(views[0]);
-  EXPECT_EQ(client.UsedBytes(), 4096u) << "the second view still holds it";
+  EXPECT_EQ(client.List().size(), 1u) << "the second view still holds it";
   EXPECT_EQ(static_cast<uint8_t*>(gpubroker_view_data(views[1]))[4095], 0x3c);  // still mapped
   gpubroker_view_release(views[1]);
   EXPECT_TRUE(client.List().empty());
-  EXPECT_EQ(client.UsedBytes(), 0u);
 
   gpubroker_buffer_t* raw = nullptr;
   ASSERT_EQ(gpubroker_allocate(client.get(), 64, nullptr, &raw), GPUBROKER_OK);
@@ -451,6 +450,8 @@ TEST(CAbi, ViewOnAStreamIsTheViewAndRefusesWhatItRefuses) {
   EXPECT_EQ(gpubroker_buffer_view_on(nullptr, nullptr, &none), GPUBROKER_INVALID_ARGUMENT);
   EXPECT_EQ(none, nullptr) << "no view is made on failure";
   gpubroker_buffer_release(raw);
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();  // the empty ranges this client keeps
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
