@@ -49,15 +49,22 @@ test-sanitize: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j$(JOBS)
 
-# libFuzzer on the session-frame decoder, starting from the seed corpus.
+# libFuzzer on the session socket, FUZZ_SECONDS each, from the seed corpora:
+# the frame decoder, then the frames' calls served by the daemon's core.
+FUZZERS = frame_decoder_fuzzer:corpus session_calls_fuzzer:calls_corpus
 fuzz: deps
 	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) \
 	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUBROKER_FUZZ=ON -DGPUBROKER_BUILD_BENCH=OFF \
 	    -DGPUBROKER_BUILD_TESTS=ON $(CMAKE_FLAGS)
-	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target frame_decoder_fuzzer
-	rm -rf $(FUZZ_BUILD)/corpus && mkdir -p $(FUZZ_BUILD)/corpus && cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
-	$(FUZZ_BUILD)/bin/frame_decoder_fuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target frame_decoder_fuzzer session_calls_fuzzer
+	@set -e; for f in $(FUZZERS); do \
+	  name=$${f%%:*}; seeds=$${f##*:}; \
+	  rm -rf $(FUZZ_BUILD)/$$seeds && mkdir -p $(FUZZ_BUILD)/$$seeds && \
+	  cp tests/fuzz/$$seeds/* $(FUZZ_BUILD)/$$seeds/; \
+	  echo "== $$name ($(FUZZ_SECONDS) s)"; \
+	  $(FUZZ_BUILD)/bin/$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	      -artifact_prefix=$(FUZZ_BUILD)/$$name- $(FUZZ_BUILD)/$$seeds; \
+	done
 
 # A daemon on a temporary directory, a producer and a consumer process.
 demo: build

@@ -469,7 +469,6 @@ void Daemon::ReapExpired() {
     registry_->ExpireWaits(std::chrono::steady_clock::now());
     const ExpiryReport r = registry_->ExpireDue(absl::ToUnixMillis(absl::Now()));
     if (r.buffers_expired > 0) {
-      if (r.reclaimed_bytes > 0) metrics_->Reclaimed(r.reclaimed_bytes, ReclaimCause::kTtl);
       spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
                    FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);
     }

@@ -146,6 +146,30 @@ CASES = {
     "queue-ping": ("channel: torch.multiprocessing Queue round trip, small message", None, "queue"),
     "copy": ("copy path: to host, pickled over the Pipe, {asarray} in B", "cupy", "pipe"),
 }
+# Issue #12's hand-over: "allocate + fill-free + seal in A; open + wrap +
+# stream wait in B", and the same steps of the other ways: what each case's
+# steps are counted in it (by the start of their names). The channel, B's
+# write and synchronize and the answer are not; nor torch.multiprocessing's
+# Queues, whose put and get hide the IPC export and import inside the signal.
+ISSUE_WINDOW = {
+    "broker-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
+    "broker-torch": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
+    "broker-wait-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
+    "tmp-pipe-cupy": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
+    "tmp-pipe-torch": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
+    "copy": ("A: to host", "A: pickle", "B: unpickle", "B: to the consumer"),
+}
+ISSUE_LABEL = "issue #12's hand-over (A: allocate, wrap, seal or export; B: open or import, wrap)"
+
+
+def issue_window(case: str, steps: List[Tuple[str, float]]) -> Optional[float]:
+    """The case's steps that issue #12 counts, summed; None for a case it has none of."""
+    prefixes = ISSUE_WINDOW.get(case)
+    if prefixes is None:
+        return None
+    return sum(v for n, v in steps if n.startswith(prefixes))
+
+
 NEEDS_TORCH = {"broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch", "tmp-queue-torch", "queue-ping"}
 
 

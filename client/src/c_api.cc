@@ -197,6 +197,17 @@ gpubroker_status_t CheckDlpackFlags(uint32_t flags) {
   return GPUBROKER_OK;
 }
 
+// The consumer's stream waits for the producer's sealed writes. An unsealed
+// buffer has no fence recorded yet: waiting on it would wait for a seal that
+// may never come. Host memory has nothing to wait for.
+gpubroker_status_t WaitIfSealed(gpubroker_buffer_t& b, void* stream) {
+  gpubroker::Buffer& buffer = b.buffer();
+  if (buffer.device_ordinal() < 0 || buffer.info().state != gpubroker::BufferState::kSealed) {
+    return GPUBROKER_OK;
+  }
+  return Guard([&] { buffer.wait_ready(stream); });
+}
+
 #define GPUBROKER_CHECK_ARG(cond)                                                   \
   do {                                                                              \
     if (!(cond)) return Fail(GPUBROKER_INVALID_ARGUMENT, "argument fails: " #cond); \
@@ -498,15 +509,15 @@ gpubroker_status_t gpubroker_buffer_to_dlpack_on(gpubroker_buffer_t* b, uint32_t
                                                  void* stream, void** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
   if (const auto s = CheckDlpackFlags(flags); s != GPUBROKER_OK) return s;
-  {
-    gpubroker::Buffer& buffer = b->buffer();
-    // An unsealed buffer has no fence recorded yet: waiting on it would wait
-    // for a seal that may never come.
-    if (buffer.device_ordinal() >= 0 && buffer.info().state == gpubroker::BufferState::kSealed) {
-      if (const auto s = Guard([&] { buffer.wait_ready(stream); }); s != GPUBROKER_OK) return s;
-    }
-  }
+  if (const auto s = WaitIfSealed(*b, stream); s != GPUBROKER_OK) return s;
   return gpubroker_buffer_to_dlpack(b, flags, out);
+}
+
+gpubroker_status_t gpubroker_buffer_view_on(gpubroker_buffer_t* b, void* stream,
+                                            gpubroker_view_t** out) {
+  GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
+  if (const auto s = WaitIfSealed(*b, stream); s != GPUBROKER_OK) return s;
+  return gpubroker_buffer_view(b, out);
 }
 
 }  // extern "C"

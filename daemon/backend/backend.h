@@ -79,6 +79,13 @@ class Backend {
   /// when the region does not exist or belongs to another tenant.
   virtual absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) = 0;
 
+  /// A session received region `region`'s descriptor for its first time
+  /// (RegionHeld), or ended having received it (RegionUnheld): the sessions
+  /// that may have it mapped. A path may give a region that no buffer uses
+  /// back to the device once no session holds it. Unknown ids are ignored.
+  virtual void RegionHeld(RegionId /*region*/) {}
+  virtual void RegionUnheld(RegionId /*region*/) {}
+
   virtual DeviceUsage Usage(int device) const = 0;
 
   /// Allocations under this size, and not shared across tenants, are quick

@@ -30,6 +30,7 @@ struct DeviceUsage {
   uint64_t reserved_bytes = 0;  // taken from the device: arenas, pools, VMM allocations, fences
   uint64_t used_bytes = 0;      // held by live buffers
   uint64_t free_bytes = 0;      // free on the device as the driver/OS reports it
+  uint64_t zeroed_bytes = 0;    // since start: zeroed before being lent to a new tenant
   // Of reserved_bytes: freed allocations kept for their tenant's next buffer
   // of the size, and of those, the ones clients still map (they were asked
   // to unmap them; the memory is freed once they have).

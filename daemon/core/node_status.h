@@ -75,6 +75,19 @@ struct NodeStatus {
   uint32_t sessions = 0;
   uint32_t buffers = 0;  // buffers holding memory, freed ones whose last lease is out included
   uint32_t waiting_opens = 0;  // Opens parked until their buffer appears or is sealed
+
+  /// Counts since the daemon started, kept with the books and read in the
+  /// same snapshot, so that an observer never sees a session's end or a
+  /// reclaim without its count (nor the count without it).
+  struct Totals {
+    uint64_t sessions_started = 0;
+    uint64_t sessions_closed = 0;   // said Goodbye
+    uint64_t sessions_died = 0;     // the connection ended without one
+    uint64_t reclaimed_closed = 0;  // bytes given back without a Free, by cause
+    uint64_t reclaimed_died = 0;
+    uint64_t reclaimed_ttl = 0;
+  };
+  Totals totals;
 };
 
 /// Builds NodeStatus from the registry's books and the backend's devices.

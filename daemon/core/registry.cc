@@ -415,7 +415,20 @@ absl::StatusOr<FdGrant> Registry::ExportRegionFd(SessionId session_id, RegionId 
     if (it == sessions_.end()) return SessionEnded();
     tenant = it->second.view.tenant;
   }
-  return backend_.ExportRegion(region, tenant);
+  absl::StatusOr<FdGrant> grant = backend_.ExportRegion(region, tenant);
+  if (!grant.ok()) return grant;
+  // Counted as held before the session's books say so, and uncounted when
+  // they do not take it (held already, or the session ended meanwhile): the
+  // backend's count never misses a holder, whatever runs in between.
+  backend_.RegionHeld(region);
+  bool counted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it != sessions_.end()) counted = it->second.regions.insert(region).second;
+  }
+  if (!counted) backend_.RegionUnheld(region);
+  return grant;
 }
 
 absl::StatusOr<FdGrant> Registry::ExportBufferFd(SessionId session_id, BufferId id) {
@@ -459,6 +472,7 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
       report.buffers_destroyed++;
     }
   }
+  totals_.reclaimed_ttl += report.reclaimed_bytes;
   return report;
 }
 
@@ -489,6 +503,7 @@ void Registry::AddBooksTo(NodeStatus& status) const {
   status.sessions = static_cast<uint32_t>(sessions_.size());
   status.buffers = static_cast<uint32_t>(buffers_.size());
   status.waiting_opens = static_cast<uint32_t>(waits_.size());
+  status.totals = totals_;
   status.tenants = books_.Tally();
   // Gauges of the clients' own books: what the live sessions last reported.
   for (auto& t : status.tenants) {

@@ -109,6 +109,13 @@ struct WaitLimits {
   std::chrono::milliseconds default_timeout{60000};
 };
 
+/// How a session ended.
+enum class SessionEnd {
+  kClosed,    // the client said Goodbye
+  kDied,      // its connection ended without one (a crash, kill -9)
+  kShutdown,  // the daemon is stopping (not counted)
+};
+
 /// A range lease asked for (docs/fast-path.md).
 struct RangeParams {
   std::string device;  // UUID or ordinal; empty: the first device
@@ -194,8 +201,9 @@ class Registry final : public MappingHolders {
 
   /// UNAVAILABLE once shutdown has begun.
   absl::StatusOr<SessionView> OpenSession(const PeerCredentials& peer, std::string client_name);
-  /// Drops the session's leases and frees what it owned (but `keep` buffers).
-  SessionEndReport EndSession(SessionId session);
+  /// Drops the session's leases and frees what it owned (but `keep` buffers),
+  /// and counts the end and what it reclaimed in the same step.
+  SessionEndReport EndSession(SessionId session, SessionEnd how = SessionEnd::kClosed);
   /// The session a token belongs to; UNAUTHENTICATED when none.
   absl::StatusOr<SessionView> Authenticate(const Token& token) const;
 
@@ -303,6 +311,7 @@ class Registry final : public MappingHolders {
     SessionView view;
     absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
     absl::flat_hash_set<BufferId> owned;
+    absl::flat_hash_set<RegionId> regions;  // whose descriptors it received
     absl::flat_hash_set<RangeId> ranges;
     std::vector<ReturnedBlock> returned;       // not yet told to the client
     ClientCounters counters;                   // as last reported
@@ -420,6 +429,7 @@ class Registry final : public MappingHolders {
   std::shared_ptr<const TenantDirectory> tenants_ ABSL_GUARDED_BY(mu_);
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
+  NodeStatus::Totals totals_ ABSL_GUARDED_BY(mu_);
   // Who keeps which allocation mapped after its buffers went.
   absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_ ABSL_GUARDED_BY(mu_);
   std::function<void()> unmap_notifier_ ABSL_GUARDED_BY(mu_);

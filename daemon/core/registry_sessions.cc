@@ -1,5 +1,7 @@
 // The registry's sessions, and its life: construction, shutdown, release.
 // (Buffers, leases and descriptors are in registry.cc, waiting Opens in registry_waits.cc.)
+#include <vector>
+
 #include "absl/time/time.h"
 #include "daemon/core/registry.h"
 #include "daemon/core/registry_internal.h"
@@ -46,15 +48,37 @@ absl::StatusOr<SessionView> Registry::OpenSession(const PeerCredentials& peer,
   by_token_[TokenKey(view.token)] = view.id;
   sessions_[view.id].view = view;
   books_.SessionOpened(view.tenant);
+  totals_.sessions_started++;
   return view;
 }
 
-SessionEndReport Registry::EndSession(SessionId id) {
+namespace {
+
+// Tells the backend, when it goes, that a session no longer holds these
+// regions: after the lock is released and the session's dead buffers are gone.
+class UnholdOnExit {
+ public:
+  explicit UnholdOnExit(Backend& backend) : backend_(backend) {}
+  UnholdOnExit(const UnholdOnExit&) = delete;
+  UnholdOnExit& operator=(const UnholdOnExit&) = delete;
+  ~UnholdOnExit() {
+    for (RegionId r : regions) backend_.RegionUnheld(r);
+  }
+  std::vector<RegionId> regions;
+
+ private:
+  Backend& backend_;
+};
+
+}  // namespace
+
+SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
   SessionEndReport report;
   std::vector<AllocationId> unheld;  // told to the backend last, outside the lock
   {
-    Graveyard dead;   // destroyed after the lock is released
-    Answers answers;  // delivered after the lock is released
+    UnholdOnExit unhold(backend_);  // after the buffers below, outside the lock
+    Graveyard dead;                 // destroyed after the lock is released
+    Answers answers;                // delivered after the lock is released
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return report;
@@ -62,6 +86,7 @@ SessionEndReport Registry::EndSession(SessionId id) {
     AnswerAll(id, SessionEnded(), answers);
     Session session = std::move(it->second);
     sessions_.erase(it);
+    unhold.regions.assign(session.regions.begin(), session.regions.end());
     by_token_.erase(TokenKey(session.view.token));
     books_.SessionEnded(session.view.tenant);
     report.session = session.view;
@@ -71,6 +96,15 @@ SessionEndReport Registry::EndSession(SessionId id) {
       if (Unmap(id, a)) unheld.push_back(a);
     }
     EndSessionBooks(session, report, dead);
+    // Counted with the books, in the same locked step: a scrape sees a
+    // session's end together with what it gave back.
+    if (how == SessionEnd::kClosed) {
+      totals_.sessions_closed++;
+      totals_.reclaimed_closed += report.reclaimed_bytes;
+    } else if (how == SessionEnd::kDied) {
+      totals_.sessions_died++;
+      totals_.reclaimed_died += report.reclaimed_bytes;
+    }
   }
   for (AllocationId a : unheld) backend_.AllocationUnheld(a);
   return report;

@@ -71,6 +71,19 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(used, {{"device", uuid}}, static_cast<double>(d.usage.used_bytes));
       add(free, {{"device", uuid}}, static_cast<double>(d.usage.free_bytes));
     }
+    families.push_back(MetricFamily{
+        "gpubroker_zeroed_bytes_total",
+        "Bytes the daemon wrote zeros over before lending them to a tenant (GPU memory new "
+        "from the driver or last another tenant's), by device.",
+        MetricType::Counter,
+        {}});
+    MetricFamily& zeroed = families.back();
+    for (const auto& d : s.devices) {
+      ClientMetric m;
+      m.label = {{"device", d.info.uuid}};
+      m.counter.value = static_cast<double>(d.usage.zeroed_bytes);
+      zeroed.metric.push_back(std::move(m));
+    }
     // An unlimited quota has no series: usage / quota then matches nothing,
     // where a 0 would make every ratio +Inf and fire every quota alert.
     auto& quota = gauge("gpubroker_tenant_quota_bytes",
@@ -83,6 +96,35 @@ class Metrics::StateCollector final : public prometheus::Collectable {
       add(tenant_used, {{"tenant", t.name}}, static_cast<double>(t.used_bytes));
       add(tenant_sessions, {{"tenant", t.name}}, t.sessions);
     }
+
+    // Counters kept with the books (NodeStatus::Totals): read in this same
+    // snapshot, a session's end and what it gave back appear together.
+    auto counter = [&](const char* name, const char* help) -> MetricFamily& {
+      families.push_back(MetricFamily{name, help, MetricType::Counter, {}});
+      return families.back();
+    };
+    auto count = [](MetricFamily& f, std::vector<ClientMetric::Label> labels, uint64_t value) {
+      ClientMetric m;
+      m.label = std::move(labels);
+      m.counter.value = static_cast<double>(value);
+      f.metric.push_back(std::move(m));
+    };
+    const NodeStatus::Totals& n = s.totals;
+    count(counter("gpubroker_sessions_started_total", "Sessions opened since the daemon started."),
+          {}, n.sessions_started);
+    // Not "gpubroker_sessions_total": to OpenMetrics that counter is the
+    // family "gpubroker_sessions", the gauge's name.
+    auto& ended = counter("gpubroker_sessions_ended_total",
+                          "Ended sessions by how they ended: closed (said goodbye) or died.");
+    count(ended, {{"end", "closed"}}, n.sessions_closed);
+    count(ended, {{"end", "died"}}, n.sessions_died);
+    auto& reclaimed = counter("gpubroker_reclaimed_bytes_total",
+                              "Bytes given back without a Free, by cause: the owner's session "
+                              "died or closed with them, or their TTL passed.");
+    count(reclaimed, {{"cause", "died"}}, n.reclaimed_died);
+    count(reclaimed, {{"cause", "closed"}}, n.reclaimed_closed);
+    count(reclaimed, {{"cause", "ttl"}}, n.reclaimed_ttl);
+
     auto& ranges = gauge("gpubroker_tenant_range_bytes",
                          "Bytes of the ranges that a tenant's clients lease (charged to it).");
     auto& in_use = gauge("gpubroker_client_in_use_bytes",
@@ -125,17 +167,6 @@ Metrics::Metrics(const NodeStatusCollector& status)
                  .Name("gpubroker_opens_total")
                  .Help("Open calls by result.")
                  .Register(*registry_)),
-      // Not "gpubroker_sessions_total": to OpenMetrics that counter is the
-      // family "gpubroker_sessions", the gauge's name.
-      sessions_ended_(prometheus::BuildCounter()
-                          .Name("gpubroker_sessions_ended_total")
-                          .Help("Ended sessions by how they ended: closed (said goodbye) or died.")
-                          .Register(*registry_)),
-      reclaimed_(prometheus::BuildCounter()
-                     .Name("gpubroker_reclaimed_bytes_total")
-                     .Help("Bytes given back without a Free, by cause: the owner's session died "
-                           "or closed with them, or their TTL passed.")
-                     .Register(*registry_)),
       allocation_seconds_(
           prometheus::BuildHistogram()
               .Name("gpubroker_allocation_duration_seconds")
@@ -144,16 +175,6 @@ Metrics::Metrics(const NodeStatusCollector& status)
               .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5,
                                                                5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                2.5e-3, 5e-3, 1e-2, 0.1, 1})),
-      sessions_closed_(sessions_ended_.Add({{"end", "closed"}})),
-      sessions_died_(sessions_ended_.Add({{"end", "died"}})),
-      sessions_started_(prometheus::BuildCounter()
-                            .Name("gpubroker_sessions_started_total")
-                            .Help("Sessions opened since the daemon started.")
-                            .Register(*registry_)
-                            .Add({})),
-      reclaimed_died_(reclaimed_.Add({{"cause", "died"}})),
-      reclaimed_closed_(reclaimed_.Add({{"cause", "closed"}})),
-      reclaimed_ttl_(reclaimed_.Add({{"cause", "ttl"}})),
       client_allocations_(
           prometheus::BuildCounter()
               .Name("gpubroker_client_allocations_total")
@@ -287,17 +308,6 @@ void Metrics::UnmapRequested(uint64_t allocations) {
 }
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
-
-void Metrics::Reclaimed(uint64_t bytes, ReclaimCause cause) {
-  prometheus::Counter& counter = cause == ReclaimCause::kDied     ? reclaimed_died_
-                                 : cause == ReclaimCause::kClosed ? reclaimed_closed_
-                                                                  : reclaimed_ttl_;
-  counter.Increment(static_cast<double>(bytes));
-}
-
-void Metrics::SessionEnded(bool clean) { (clean ? sessions_closed_ : sessions_died_).Increment(); }
-
-void Metrics::SessionStarted() { sessions_started_.Increment(); }
 
 void Metrics::ConnectionRefused(Socket socket, TurnedAway why) {
   turned_away_[socket == Socket::kSession ? 0 : 1][why == TurnedAway::kUidLimit ? 0 : 1]

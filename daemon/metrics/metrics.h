@@ -17,10 +17,6 @@
 
 namespace gpubroker {
 
-/// Why memory was given back without a Free: the owner's session died or
-/// closed with buffers it had not freed, or a TTL passed.
-enum class ReclaimCause { kDied, kClosed, kTtl };
-
 /// Every metric of the daemon, built once here. Names follow Prometheus
 /// conventions (base units, _total on counters); no pid or buffer id labels.
 /// No two families' names collide once a client library adds its suffixes
@@ -47,15 +43,12 @@ class Metrics {
   /// result: ok, quota, out_of_memory, limit, unavailable, invalid (any other refusal).
   void Allocation(std::string_view result, double seconds);
   void Open(std::string_view result);
-  void Reclaimed(uint64_t bytes, ReclaimCause cause);
   /// What clients reported doing since their last report (the increments
   /// of their totals): client-made allocations count as successful
   /// allocations too, and every path is counted (no slow path is silent).
   void ClientReported(const ClientCounters& delta);
   /// Requests sent to a client to unmap `allocations` before their memory is freed.
   void UnmapRequested(uint64_t allocations);
-  void SessionEnded(bool clean);
-  void SessionStarted();
   void ConnectionRefused(Socket socket, TurnedAway why);
 
   /// The label for an Allocate outcome.
@@ -72,15 +65,7 @@ class Metrics {
   std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Family<prometheus::Counter>& allocations_;
   prometheus::Family<prometheus::Counter>& opens_;
-  prometheus::Family<prometheus::Counter>& sessions_ended_;
-  prometheus::Family<prometheus::Counter>& reclaimed_;
   prometheus::Histogram& allocation_seconds_;
-  prometheus::Counter& sessions_closed_;
-  prometheus::Counter& sessions_died_;
-  prometheus::Counter& sessions_started_;
-  prometheus::Counter& reclaimed_died_;
-  prometheus::Counter& reclaimed_closed_;
-  prometheus::Counter& reclaimed_ttl_;
   prometheus::Family<prometheus::Counter>& client_allocations_;
   prometheus::Family<prometheus::Counter>& client_maps_;
   prometheus::Counter* by_client_;

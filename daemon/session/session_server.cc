@@ -88,7 +88,7 @@ void SessionServer::Stop() {
     // Best effort, never blocking: a peer with replies still queued gets none.
     if (c.out.empty()) (void)SendFrame(c, bye);
     if (c.session != 0) {
-      const SessionEndReport r = registry_.EndSession(c.session);
+      const SessionEndReport r = registry_.EndSession(c.session, SessionEnd::kShutdown);
       spdlog::info("session {} ended by shutdown: {} tenant '{}', {} held", c.session,
                    Describe(c.peer), r.session.tenant, FormatBytes(r.reclaimed_bytes));
       c.session = 0;
@@ -400,7 +400,6 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   }
   c.session = session->id;
   c.view = *session;
-  metrics_.SessionStarted();
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
   ToWelcome(*session, registry_.backend(), registry_.wait_limits(), reply.mutable_welcome());
@@ -566,12 +565,9 @@ SessionServer::Outcome SessionServer::Flush(Connection& c) {
 
 void SessionServer::EndSession(Connection& c, bool clean) {
   if (c.session == 0) return;
-  const SessionEndReport r = registry_.EndSession(c.session);
+  const SessionEndReport r =
+      registry_.EndSession(c.session, clean ? SessionEnd::kClosed : SessionEnd::kDied);
   c.session = 0;
-  metrics_.SessionEnded(clean);
-  if (r.reclaimed_bytes > 0) {
-    metrics_.Reclaimed(r.reclaimed_bytes, clean ? ReclaimCause::kClosed : ReclaimCause::kDied);
-  }
   spdlog::info("session {} {}: {} tenant '{}', {} leases dropped", r.session.id,
                clean ? "closed" : "died", Describe(r.session.peer), r.session.tenant,
                r.leases_dropped);

@@ -416,6 +416,45 @@ TEST(CAbi, DlpackExportOnAStreamIsTheExportAndRefusesWhatItRefuses) {
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
+TEST(CAbi, ViewOnAStreamIsTheViewAndRefusesWhatItRefuses) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.view.on", GPUBROKER_DTYPE_UINT8, {4096});
+  ASSERT_NE(b, nullptr);
+  auto* data = static_cast<uint8_t*>(gpubroker_buffer_data(b));
+  // Unsealed (nothing to wait for) and sealed alike; host memory waits for nothing.
+  gpubroker_view_t* views[2] = {nullptr, nullptr};
+  for (int sealed = 0; sealed < 2; ++sealed) {
+    if (sealed) {
+      ASSERT_EQ(gpubroker_buffer_seal(b), GPUBROKER_OK);
+    }
+    ASSERT_EQ(gpubroker_buffer_view_on(b, nullptr, &views[sealed]), GPUBROKER_OK)
+        << gpubroker_last_error();
+    EXPECT_EQ(gpubroker_view_data(views[sealed]), data);
+  }
+  std::memset(data, 0x3c, 4096);
+  // Each view holds the buffer past its handle, as gpubroker_buffer_view's does.
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_EQ(client.List().size(), 1u);
+  gpubroker_view_release(views[0]);
+  EXPECT_EQ(client.List().size(), 1u) << "the second view still holds it";
+  EXPECT_EQ(static_cast<uint8_t*>(gpubroker_view_data(views[1]))[4095], 0x3c);  // still mapped
+  gpubroker_view_release(views[1]);
+  EXPECT_TRUE(client.List().empty());
+
+  gpubroker_buffer_t* raw = nullptr;
+  ASSERT_EQ(gpubroker_allocate(client.get(), 64, nullptr, &raw), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_view_on(raw, nullptr, nullptr), GPUBROKER_INVALID_ARGUMENT);
+  gpubroker_view_t* none = nullptr;
+  EXPECT_EQ(gpubroker_buffer_view_on(nullptr, nullptr, &none), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr) << "no view is made on failure";
+  gpubroker_buffer_release(raw);
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  client.Trim();  // the empty ranges this client keeps
+  EXPECT_EQ(client.UsedBytes(), 0u);
+}
+
 // The child checks what it can and cannot do and exits with the number of
 // failed checks; the parent then checks that its session is untouched.
 int ChildAfterFork(gpubroker_client_t* parents, gpubroker_buffer_t* parents_buffer,
@@ -438,6 +477,8 @@ int ChildAfterFork(gpubroker_client_t* parents, gpubroker_buffer_t* parents_buff
   gpubroker_view_t* view = nullptr;
   expect(gpubroker_buffer_view(parents_buffer, &view) == GPUBROKER_FAILED_PRECONDITION,
          "view refused");
+  expect(gpubroker_buffer_view_on(parents_buffer, nullptr, &view) == GPUBROKER_FAILED_PRECONDITION,
+         "view on a stream refused");
   void* exported = nullptr;
   expect(gpubroker_buffer_to_dlpack_on(parents_buffer, 0, nullptr, &exported) ==
              GPUBROKER_FAILED_PRECONDITION,

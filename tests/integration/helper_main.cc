@@ -27,6 +27,7 @@ using gpubroker::Buffer;
 using gpubroker::Client;
 using gpubroker::testing::Check;
 using gpubroker::testing::Fill;
+using gpubroker::testing::FirstNonZero;
 using gpubroker::testing::Peek;
 using gpubroker::testing::Poke;
 
@@ -165,6 +166,16 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
     Buffer& b = buffer(w[1]);
     const int64_t bad = Check(b, std::stoull(w[2]), b.size(), Options(w, 3).count("stream") > 0);
     if (bad >= 0) return "err DATA_LOSS mismatch at byte " + std::to_string(bad);
+    return "ok";
+  }
+  if (cmd == "zeros") {  // zeros KEY: every byte of the buffer is 0
+    need(2);
+    Buffer& b = buffer(w[1]);
+    const int64_t bad = FirstNonZero(b, b.size());
+    if (bad >= 0) {
+      return "err DATA_LOSS byte " + std::to_string(bad) + " is " +
+             std::to_string(Peek(b, static_cast<uint64_t>(bad)));
+    }
     return "ok";
   }
   if (cmd == "slowfill") {  // slowfill KEY SEED DELAY_MS: fill after a delay, seal at once

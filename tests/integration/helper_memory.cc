@@ -1,5 +1,6 @@
 #include "tests/integration/helper_memory.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -147,6 +148,30 @@ int64_t Check(Buffer& b, uint64_t seed, uint64_t length, bool stream_wait) {
   }
   cudaStreamDestroy(stream);
   return bad;
+#else
+  return 0;
+#endif
+}
+
+int64_t FirstNonZero(Buffer& b, uint64_t length) {
+  if (!IsDevice(b)) {
+    for (uint64_t i = 0; i < length; ++i) {
+      if (Host(b)[i] != 0) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+#ifdef GPUBROKER_HAVE_CUDA
+  DeviceOf(b);
+  std::vector<uint8_t> got(std::min(kChunk, length));
+  const auto* src = static_cast<const uint8_t*>(b.data());
+  for (uint64_t off = 0; off < length; off += kChunk) {
+    const uint64_t n = std::min(kChunk, length - off);
+    Check(cudaMemcpy(got.data(), src + off, n, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    for (uint64_t i = 0; i < n; ++i) {
+      if (got[i] != 0) return static_cast<int64_t>(off + i);
+    }
+  }
+  return -1;
 #else
   return 0;
 #endif

@@ -24,6 +24,8 @@ void Fill(Buffer& b, uint64_t seed, uint64_t length);
 /// With `stream_wait` (GPU), the copy runs on a stream that first waits for
 /// the buffer's ready fence; without, it does not wait for anything.
 int64_t Check(Buffer& b, uint64_t seed, uint64_t length, bool stream_wait = false);
+/// Index of the first byte in [0, length) that is not 0, or -1.
+int64_t FirstNonZero(Buffer& b, uint64_t length);
 void Poke(Buffer& b, uint64_t offset, uint8_t value);
 uint8_t Peek(Buffer& b, uint64_t offset);
 

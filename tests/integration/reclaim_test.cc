@@ -3,6 +3,10 @@
 // ranges it leases (its buffers are carved from them, docs/fast-path.md):
 // the daemon's books and the client's own must agree, and a dead client's
 // ranges come back but for the published blocks that others still hold.
+#include <atomic>
+#include <thread>
+
+#include "common/strings.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"
@@ -144,6 +148,53 @@ TEST(Reclaim, CleanExitCountsAsClosedNotDied) {
       [&] { return daemon.Metric("gpubroker_sessions_ended_total{end=\"closed\"}") == 1; }));
   EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 0);
   EXPECT_EQ(daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}"), 0);
+}
+
+// Every scrape sees a session's end and what it gave back together: the
+// counts are kept with the books and read in the same snapshot as the
+// sessions and the tenant's bytes.
+TEST(Reclaim, ASessionsEndAndItsReclaimAreSeenTogetherByEveryScrape) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  constexpr int kClients = 40;
+  constexpr int64_t kBytes = 64 * 1024;  // one buffer each, freed by their death
+  std::atomic<bool> done{false};
+  std::atomic<int> scrapes{0};
+  std::string broken;
+  std::thread scraper([&] {
+    while (!done && broken.empty()) {
+      auto m = daemon.Metrics();
+      const double started = m["gpubroker_sessions_started_total"];
+      const double died = m["gpubroker_sessions_ended_total{end=\"died\"}"];
+      const double closed = m["gpubroker_sessions_ended_total{end=\"closed\"}"];
+      const double open = m["gpubroker_sessions"];
+      const double reclaimed = m[kReclaimedDied];
+      const double used = m["gpubroker_tenant_used_bytes{tenant=\"uid-0\"}"];
+      if (open != started - died - closed) {
+        broken = StrCat("sessions ", open, " but started ", started, " - ended ", died + closed);
+      } else if (reclaimed != died * kBytes) {
+        broken = StrCat(died, " sessions died holding ", kBytes, " bytes each, but ", reclaimed,
+                        " bytes were reclaimed");
+      } else if (used + reclaimed > started * kBytes) {
+        broken = StrCat(used, " bytes used and ", reclaimed, " reclaimed of ", started,
+                        " sessions' ", kBytes);
+      }
+      scrapes++;
+    }
+  });
+  for (int i = 0; i < kClients; ++i) {
+    // The daemon's own buffers: their bytes are exactly what was asked for.
+    Helper client(daemon.socket_dir(), /*uid=*/-1, /*suballocate=*/false);
+    client.Ok("alloc x " + std::to_string(kBytes));
+    client.Kill9();
+  }
+  ASSERT_TRUE(Eventually(
+      [&] { return daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}") == kClients; }));
+  done = true;
+  scraper.join();
+  EXPECT_EQ(broken, "") << "after " << scrapes << " scrapes";
+  EXPECT_GT(scrapes.load(), kClients);
+  EXPECT_EQ(daemon.Metric(kReclaimedDied), kClients * kBytes);
 }
 
 }  // namespace

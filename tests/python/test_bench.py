@@ -50,6 +50,16 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
                                                           cases["tmp-pipe-torch"]["after"]]
     # The channel's own round trip is measured in the same run.
     assert cases["pipe-ping"]["total"]["p50_us"] < cases["broker-cupy"]["total"]["p50_us"]
+    # Issue #12's definition of the hand-over, on both sides: a part of the
+    # full window, made of the steps it names and nothing else.
+    for name in ("broker-cupy", "broker-wait-cupy", "copy") + (
+            ("broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch") if "tmp-pipe-cupy" in cases else ()):
+        c = cases[name]
+        assert 0 < c["issue_window"]["p50_us"] < c["total"]["p50_us"], (name, c)
+    assert "issue_window" not in cases["pipe-ping"]
     ratios = report["handover"]["host"]["ratios"]["1 MiB"]
     assert "broker-cupy vs copy" in ratios
+    assert "issue: broker-cupy vs copy" in ratios
+    if "tmp-pipe-cupy" in cases:
+        assert "issue: broker-cupy vs tmp-pipe-cupy" in ratios
     assert "hand-over of host memory" in run.stdout.lower()

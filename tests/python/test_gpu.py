@@ -118,11 +118,33 @@ def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_da
         late = float(waited.sum())
         say(early, late)
     """, gpu_daemon.dir)
+    # The same with torch in B: as_torch() waits on torch's current stream.
+    torch_consumer = children("""
+        import torch
+
+        class NoWait:
+            def __init__(self, b):
+                self.b = b
+            def __dlpack_device__(self):
+                return self.b.__dlpack_device__()
+            def __dlpack__(self, stream=None, **kw):
+                return self.b.__dlpack__(stream=-1, **kw)
+
+        torch.zeros(1, device="cuda").sum().item()
+        c = gpubroker.connect()
+        say("ready")
+        control = torch.from_dlpack(NoWait(c.open("gpu.fence.2", wait=True, timeout=120)))
+        early = control.sum().item()
+        waited = c.open("gpu.fence.3", wait=True).as_torch()
+        late = waited.sum().item()
+        say(early, late)
+    """, gpu_daemon.dir)
     assert consumer.expect(120) == "ready"
+    assert torch_consumer.expect(120) == "ready"
     producer = children(f"""
         import torch
         c = gpubroker.connect()
-        bufs = [c.allocate(shape=({n},), dtype="float32", name=f"gpu.fence.{{k}}") for k in (0, 1)]
+        bufs = [c.allocate(shape=({n},), dtype="float32", name=f"gpu.fence.{{k}}") for k in range(4)]
         ts = [b.as_torch() for b in bufs]
         for t in ts:
             t.fill_(1.0)
@@ -142,9 +164,13 @@ def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_da
     early, late = (float(v) for v in consumer.expect(120).split())
     assert late == 2.0 * n, "the consumer's stream did not wait for the producer's writes"
     assert early == 1.0 * n, "the control saw the writes without waiting: the test shows nothing"
+    early, late = (float(v) for v in torch_consumer.expect(120).split())
+    assert late == 2.0 * n, "torch's current stream did not wait for the producer's writes"
+    assert early == 1.0 * n, "torch's control saw the writes without waiting: the test shows nothing"
     producer.send("done")
     producer.finish(60)
     consumer.finish(60)
+    torch_consumer.finish(60)
 
 
 def test_cuda_array_interface_consumers_share_the_memory(gpu_daemon):
@@ -234,3 +260,39 @@ def test_framework_tensor_keeps_gpu_memory_after_release(gpu_daemon):
         assert eventually(lambda: c.list() == [])
 
 
+
+
+def test_cupy_array_keeps_gpu_memory_after_release(gpu_daemon):
+    need("cupy")
+    import gc
+
+    import cupy
+
+    with gpubroker.connect(gpu_daemon.dir) as c:
+        buf = c.allocate(shape=(MIB,), dtype="float32", name="gpu.keep.cupy")
+        side = cupy.cuda.Stream(non_blocking=True)
+        with side:
+            a = buf.as_cupy()
+            assert a.data.ptr == buf.data_ptr and a.dtype == cupy.float32
+            assert a.shape == (MIB,) and a.flags.c_contiguous
+            a[:] = 2.0
+        buf.seal(side)
+        opened = c.open("gpu.keep.cupy")
+        with side:
+            b = opened.as_cupy()  # a second array, on the reader's lease
+            assert b.data.ptr == a.data.ptr
+        opened.release()
+        buf.release()
+        del buf, opened
+        gc.collect()
+        assert [x.name for x in c.list()] == ["gpu.keep.cupy"], "the arrays hold the buffer"
+        with side:
+            a *= 2.0
+            assert float(b.sum()) == 4.0 * MIB
+        del a
+        gc.collect()
+        with side:  # the reader's lease keeps the memory mapped for the second array
+            assert float(b.sum()) == 4.0 * MIB
+        del b
+        gc.collect()
+        assert eventually(lambda: c.list() == [])

@@ -41,6 +41,23 @@ def test_array_outlives_release_of_the_owners_buffer(client):
     assert eventually(lambda: "life.a" not in buffers(client) and used_bytes(client) == 0)
 
 
+def test_torch_tensor_shares_the_memory_and_outlives_release(client):
+    torch = pytest.importorskip("torch")
+    buf = client.allocate(shape=(4, 8), dtype="float32", name="life.torch")
+    t = buf.as_torch()
+    assert t.shape == (4, 8) and t.dtype == torch.float32 and t.device.type == "cpu"
+    assert t.data_ptr() == buf.data_ptr
+    t.fill_(2.0)
+    assert float(buf.as_numpy().sum()) == 64.0, "torch and NumPy see the same bytes"
+    buf.release()
+    assert "life.torch" in buffers(client), "the owner's release freed memory a tensor uses"
+    t += 1.0  # still mapped and writable
+    assert float(t.sum()) == 96.0
+    del t
+    gc.collect()
+    assert eventually(lambda: "life.torch" not in buffers(client) and used_bytes(client) == 0)
+
+
 def test_array_outlives_the_dropped_buffer_object(client):
     a = client.allocate(shape=(16,), dtype="int64", name="life.drop").as_numpy()
     gc.collect()  # the Buffer object is gone

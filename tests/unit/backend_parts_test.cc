@@ -63,6 +63,8 @@ class FakeRegion final : public ExportedRegion {
     if (!fd.ok()) return fd.status();
     return FdGrant{std::move(*fd), FdKind::kHostArena, size_, "host"};
   }
+  void Unheld() const override { unheld++; }
+  mutable std::atomic<int> unheld{0};
 
  private:
   uint64_t size_;
@@ -85,6 +87,30 @@ TEST(RegionTable, ExportsARegionToItsOwnTenantOnly) {
   // Another tenant's region reads exactly like a missing one.
   EXPECT_EQ(theirs.status().message(), "no region " + std::to_string(b) + " for this tenant");
   EXPECT_EQ(none.status().message(), "no region " + std::to_string(b + 100) + " for this tenant");
+}
+
+// A region counts the sessions that received it; the last one to go says so
+// once, and a removed region is no longer exported.
+TEST(RegionTable, CountsItsHoldersAndSaysWhenTheLastGoes) {
+  RegionTable table;
+  auto region = std::make_shared<FakeRegion>(10);
+  const RegionId id = table.Add("alice", region);
+  table.AddHolder(id);
+  table.AddHolder(id);
+  EXPECT_EQ(table.Holders(id), 2u);
+  table.DropHolder(id);
+  EXPECT_EQ(region->unheld.load(), 0);
+  table.DropHolder(id);
+  EXPECT_EQ(region->unheld.load(), 1);
+  EXPECT_EQ(table.Holders(id), 0u);
+  table.DropHolder(id);  // more drops than holders: ignored
+  EXPECT_EQ(region->unheld.load(), 1);
+  table.AddHolder(id + 7);  // unknown ids: ignored
+  EXPECT_EQ(table.Holders(id + 7), 0u);
+  table.Remove(id);
+  EXPECT_EQ(table.Export(id, "alice").status().code(), absl::StatusCode::kNotFound);
+  table.AddHolder(id);
+  EXPECT_EQ(table.Holders(id), 0u);
 }
 
 }  // namespace

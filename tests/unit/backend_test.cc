@@ -274,6 +274,36 @@ TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
   EXPECT_EQ(backend->Usage(0).used_bytes, 0u);
 }
 
+// cuda-arena: a slab goes back to the device once no buffer uses it and no
+// session holds its descriptor, and is then no longer exported.
+TEST(BackendTest_cuda_arena, EmptySlabsGoBackOnceNoSessionHoldsThem) {
+  std::unique_ptr<Backend> backend;
+  std::string why = "this build has no CUDA backend";
+  for (const auto& b : BackendsUnderTest()) {
+    if (b.name == "cuda_arena") backend = b.make(&why);
+  }
+  if (!backend) GTEST_SKIP() << why;
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  auto a = backend->Allocate({0, "t", 1 * kMiB, false});
+  ASSERT_TRUE(a.ok()) << a.status();
+  const RegionId slab = (*a)->import_info().region_id;
+  const uint64_t with_slab = backend->Usage(0).reserved_bytes;
+  backend->RegionHeld(slab);  // a session received its descriptor
+  a->reset();
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab) << "a session may still map it";
+  EXPECT_TRUE(backend->ExportRegion(slab, "t").ok());
+  backend->RegionUnheld(slab);
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab - 64 * kMiB);
+  EXPECT_EQ(backend->ExportRegion(slab, "t").status().code(), absl::StatusCode::kNotFound);
+  // A slab nobody received goes as soon as its last buffer does.
+  auto b = backend->Allocate({0, "t", 1 * kMiB, false});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE((*b)->import_info().region_id, slab) << "region ids are never reused";
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab);
+  b->reset();
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab - 64 * kMiB);
+}
+
 // cuda-arena: every live arena or pool buffer has a slot in its tenant's fence
 // page; when they are all taken, the refusal is a count limit, not memory.
 TEST(BackendTest_cuda_arena, FenceSlotsRunOutAsALimitAndComeBack) {

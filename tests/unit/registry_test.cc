@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -405,6 +406,61 @@ TEST(RegistryOnHost, DeviceFullRollsBackNameAndQuota) {
   EXPECT_EQ(NodeStatusCollector(registry, backend).Collect().tenants[0].used_bytes, 3 * kMiB);
   EXPECT_TRUE(registry.Allocate(s->id, {.size = kMiB, .name = "wanted"}).ok())
       << "the name of a refused allocation must be free again";
+}
+
+// The host backend, telling who holds which region: what a path needs to
+// give a region back once no client maps it.
+class HoldersBackend final : public Backend {
+ public:
+  explicit HoldersBackend(uint64_t capacity) : host_(capacity) {}
+  std::string_view name() const override { return host_.name(); }
+  const std::vector<DeviceInfo>& devices() const override { return host_.devices(); }
+  uint64_t RoundedSize(int device, uint64_t size, bool isolated) const override {
+    return host_.RoundedSize(device, size, isolated);
+  }
+  absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& r) override {
+    return host_.Allocate(r);
+  }
+  absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) override {
+    return host_.ExportRegion(region, tenant);
+  }
+  DeviceUsage Usage(int device) const override { return host_.Usage(device); }
+  uint64_t QuickAllocationLimit() const override { return host_.QuickAllocationLimit(); }
+  bool OwnsDescriptor(int device, uint64_t size, bool isolated) const override {
+    return host_.OwnsDescriptor(device, size, isolated);
+  }
+  void RegionHeld(RegionId r) override { held[r]++; }
+  void RegionUnheld(RegionId r) override { held[r]--; }
+  std::map<RegionId, int> held;
+
+ private:
+  HostBackend host_;
+};
+
+// A session holds a region from the first time it receives its descriptor
+// (once, however often it asks) until it ends, whichever way.
+TEST(RegistryOnHost, SessionsHoldTheRegionsTheyReceivedUntilTheyEnd) {
+  HoldersBackend backend(4 * kMiB);
+  auto dir = TenantDirectory::Create({}, 0);
+  Registry registry(backend, std::move(*dir));
+  auto a = registry.OpenSession({1, 1000, 1000}, "a");
+  auto b = registry.OpenSession({2, 1000, 1000}, "b");
+  auto g = registry.Allocate(a->id, {.size = 4096});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const RegionId arena = g->import.region_id;
+  ASSERT_NE(arena, 0u);
+  ASSERT_TRUE(registry.ExportRegionFd(a->id, arena).ok());
+  ASSERT_TRUE(registry.ExportRegionFd(a->id, arena).ok());
+  ASSERT_TRUE(registry.ExportRegionFd(b->id, arena).ok());
+  EXPECT_EQ(backend.held[arena], 2);
+  EXPECT_FALSE(registry.ExportRegionFd(b->id, arena + 50).ok());
+  EXPECT_EQ(backend.held.count(arena + 50), 0u) << "a refused export holds nothing";
+  registry.EndSession(a->id, SessionEnd::kDied);
+  EXPECT_EQ(backend.held[arena], 1);
+  registry.EndSession(b->id, SessionEnd::kClosed);
+  EXPECT_EQ(backend.held[arena], 0);
+  EXPECT_FALSE(registry.ExportRegionFd(b->id, arena).ok()) << "an ended session gets nothing";
+  EXPECT_EQ(backend.held[arena], 0);
 }
 
 }  // namespace

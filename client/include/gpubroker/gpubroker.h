@@ -356,6 +356,18 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_to_dlpack_on(gpubroker_buffe
                                                                  uint32_t flags, void* stream,
                                                                  void** out);
 
+/**
+ * @brief gpubroker_buffer_wait_ready on `stream`, then gpubroker_buffer_view, in
+ * one call: what a consumer that builds its array over the memory itself (the
+ * CUDA Array Interface, CuPy's UnownedMemory, Numba) needs before it uses the
+ * memory on `stream`. As for gpubroker_buffer_to_dlpack_on, the stream waits
+ * only for a sealed buffer's writes and only on a GPU. On failure no view is
+ * made.
+ * @return GPUBROKER_FAILED_PRECONDITION in a process made by fork().
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_view_on(gpubroker_buffer_t* buffer,
+                                                            void* stream, gpubroker_view_t** out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -49,7 +49,7 @@ class _Facts:
     attributes stay readable after release()."""
 
     __slots__ = ("id", "nbytes", "name", "device", "is_owner", "base", "dt", "dtype", "shape",
-                 "strides", "byte_offset")  # fmt: skip
+                 "strides", "byte_offset", "array")  # fmt: skip
 
     def __init__(self, lib: Any, handle: int):
         f = _lib.BufferFacts(_lib.FACTS_SIZE)
@@ -65,6 +65,7 @@ class _Facts:
         self.name: str = f.name.decode()
         self.device: str = f.device.decode()
         self.is_owner = bool(flags & _lib.FACT_OWNER)
+        self.array: Optional[Tuple[Any, ...]] = None  # as_cupy's layout, made on first use
         if flags & _lib.FACT_TENSOR:
             self.dt: Optional[_dtypes.DType] = _dtypes.BY_CODE.get(dtype)
             self.dtype: Optional[str] = self.dt.name if self.dt else None
@@ -390,7 +391,25 @@ class Buffer:
         the producer's writes on torch's current stream."""
         import torch
 
-        return torch.from_dlpack(self)
+        from_capsule, current_stream = _torch_entry_points(torch)
+        if from_capsule is None or (
+            self.device_id >= 0 and (current_stream is None or not torch.cuda.is_initialized())
+        ):
+            return torch.from_dlpack(self)  # which also brings torch's CUDA up
+        # What torch.from_dlpack(self) does, without its Python layer (which
+        # builds a torch.cuda.Stream object per call): the export waits on
+        # torch's current stream of the buffer's device, in the same C call.
+        lib = self._lib
+        out = c_void_p()
+        with self._lock:
+            h = self._usable()
+            if self.device_id >= 0:
+                rc = lib.buffer_to_dlpack_on(h, 0, current_stream(self.device_id), byref(out))
+            else:
+                rc = lib.buffer_to_dlpack(h, 0, byref(out))
+        if rc:
+            raise lib.error(rc)
+        return from_capsule(_interop.capsule(out.value, False))
 
     def as_cupy(self) -> Any:
         """A CuPy array over the GPU buffer, no copy, ordered after the
@@ -399,7 +418,38 @@ class Buffer:
 
         if self.device_id < 0:
             raise TypeError("a host buffer: use as_numpy() (CuPy arrays live on a GPU)")
-        return cupy.from_dlpack(self)
+        layout = self._cupy_layout()
+        if layout is None:  # a dtype CuPy may not know by NumPy's name: its own DLPack import
+            return cupy.from_dlpack(self)
+        shape, dtype, strides, data, span = layout
+        # What cupy.from_dlpack(self) makes, built directly: memory that holds
+        # a view (the lease and the mapping) until the array is gone, after
+        # CuPy's current stream has waited for the sealed writes (one C call).
+        lib = self._lib
+        out = c_void_p()
+        with self._lock:
+            rc = lib.buffer_view_on(self._usable(), cupy.cuda.get_current_stream().ptr, byref(out))
+        if rc:
+            raise lib.error(rc)
+        hold = _Hold(lib, out.value, None)
+        mem = cupy.cuda.UnownedMemory(data, span, hold, self.device_id)
+        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(mem, 0), strides)
+
+    def _cupy_layout(self) -> Optional[Tuple[Any, ...]]:
+        """(shape, dtype, strides in bytes or None, first element's address,
+        bytes from it to the buffer's end), worked out once; None for bfloat16."""
+        f = self._f()
+        if f.array is None:
+            dt = f.dt or _dtypes.BY_NAME["uint8"]
+            if dt.name == "bfloat16":
+                return None
+            shape = f.shape if f.shape is not None else (f.nbytes,)
+            strides = None
+            if f.strides is not None and f.strides != _contiguous(shape):
+                strides = tuple(st * dt.itemsize for st in f.strides)
+            f.array = (shape, dt.name, strides, f.base + f.byte_offset,
+                       max(f.nbytes - f.byte_offset, 0))  # fmt: skip
+        return f.array
 
     def as_jax(self) -> Any:
         """A JAX array over the buffer, no copy where JAX allows (JAX arrays
@@ -418,6 +468,19 @@ class Buffer:
             h = self._usable()
             hold = _CudaHold(self._lib, self._new_view(), self._interface(self._ready_stream(h)))
         return cuda.as_cuda_array(hold)
+
+
+_TORCH: Optional[Tuple[Any, Any]] = None
+
+
+def _torch_entry_points(torch: Any) -> Tuple[Any, Any]:
+    """torch's C entry points behind torch.from_dlpack: the capsule import and
+    the current stream's raw handle per device (None where a torch lacks one)."""
+    global _TORCH
+    if _TORCH is None:
+        c = getattr(torch, "_C", None)
+        _TORCH = (getattr(c, "_from_dlpack", None), getattr(c, "_cuda_getCurrentRawStream", None))
+    return _TORCH
 
 
 def _contiguous(shape: Tuple[int, ...]) -> Tuple[int, ...]:

@@ -34,6 +34,7 @@ _REQUIRED = (
     "gpubroker_buffer_get_facts",
     "gpubroker_buffer_to_dlpack_on",
     "gpubroker_allocate_named",
+    "gpubroker_buffer_view_on",
 )
 
 
@@ -172,6 +173,7 @@ class Library:
         proto(c, "gpubroker_trim", c_int, c_void_p)
         proto(c, "gpubroker_client_stats_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_buffer_to_dlpack_on", c_int, c_void_p, c_uint32, c_void_p, pp)
+        proto(c, "gpubroker_buffer_view_on", c_int, c_void_p, c_void_p, pp)
         # Getters and bookkeeping that return at once (the GIL is kept).
         proto(py, "gpubroker_last_error", c_char_p)
         proto(py, "gpubroker_version", c_char_p)

@@ -19,8 +19,6 @@ namespace {
 constexpr uint64_t kAlignment = 512;
 constexpr uint64_t kSlabMin = uint64_t{64} << 20;
 constexpr uint64_t kSlabMax = uint64_t{2} << 30;
-// How long a slab waits for clients to unmap kept memory it needs.
-constexpr auto kDrainWait = std::chrono::seconds(2);
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -34,8 +32,12 @@ class ArenaSlab final : public ExportedRegion {
   const ExportedVmm memory_;
 
  public:
-  ArenaSlab(std::shared_ptr<CudaDeviceState> device, ExportedVmm memory)
-      : device_(std::move(device)), memory_(std::move(memory)), ranges(memory_.size()) {
+  ArenaSlab(std::shared_ptr<CudaDeviceState> device, ExportedVmm memory,
+            std::weak_ptr<TenantArena> owner)
+      : device_(std::move(device)),
+        memory_(std::move(memory)),
+        arena(std::move(owner)),
+        ranges(memory_.size()) {
     device_->vmm_held += memory_.size();
   }
   ~ArenaSlab() override { device_->vmm_held -= memory_.size(); }
@@ -44,19 +46,55 @@ class ArenaSlab final : public ExportedRegion {
     GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd, DupFd(memory_.fd()));
     return FdGrant{std::move(fd), FdKind::kCudaSlab, memory_.size(), device_->info.uuid};
   }
+  void Unheld() const override;
   uint64_t size() const { return memory_.size(); }
 
   RegionId id = 0;
+  const std::weak_ptr<TenantArena> arena;
   RangeAllocator ranges;  // after memory_, which it spans; under the arena's lock
 };
 
 // A tenant's slabs on one device.
 class TenantArena {
  public:
+  TenantArena(std::string tenant, RegionTable& regions, std::shared_ptr<ArenaPath::Counters> c)
+      : tenant_(std::move(tenant)), regions_(regions), counters_(std::move(c)) {}
+
+  /// Gives slab `id` back to the device when no buffer uses it and no live
+  /// session holds its descriptor (so no client maps it): a client that has
+  /// mapped it keeps it until its session ends. Call without `mu`.
+  void ReleaseIfIdle(RegionId id) ABSL_LOCKS_EXCLUDED(mu) {
+    std::shared_ptr<ArenaSlab> gone;  // released after the lock
+    {
+      absl::MutexLock lock(&mu);
+      auto it = std::find_if(slabs.begin(), slabs.end(),
+                             [id](const auto& slab) { return slab->id == id; });
+      if (it == slabs.end()) return;
+      const ArenaSlab& slab = **it;
+      if (slab.ranges.free_bytes() != slab.ranges.capacity() || regions_.Holders(id) > 0) return;
+      gone = std::move(*it);
+      slabs.erase(it);
+      bytes -= gone->size();
+      counters_->slab_bytes -= gone->size();
+      regions_.Remove(id);
+    }
+    spdlog::info("cuda-arena: slab {} of {} of tenant '{}' given back (unused, unmapped)", id,
+                 FormatBytes(gone->size()), tenant_);
+  }
+
   absl::Mutex mu;
   std::vector<std::shared_ptr<ArenaSlab>> slabs ABSL_GUARDED_BY(mu);
   uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+
+ private:
+  const std::string tenant_;
+  RegionTable& regions_;
+  const std::shared_ptr<ArenaPath::Counters> counters_;
 };
+
+void ArenaSlab::Unheld() const {
+  if (auto a = arena.lock()) a->ReleaseIfIdle(id);
+}
 
 namespace {
 
@@ -74,11 +112,14 @@ class ArenaBuffer final : public BackendBuffer {
     counters_->used_bytes += info_.mapped_size;
   }
   ~ArenaBuffer() override {
+    bool empty = false;
     {
       absl::MutexLock lock(&arena_->mu);
       slab_->ranges.Free(info_.offset, info_.mapped_size);
+      empty = slab_->ranges.free_bytes() == slab_->ranges.capacity();
     }
     counters_->used_bytes -= info_.mapped_size;
+    if (empty) arena_->ReleaseIfIdle(slab_->id);
   }
 
   uint64_t reserved_size() const override { return info_.mapped_size; }
@@ -98,40 +139,23 @@ class ArenaBuffer final : public BackendBuffer {
 // the device may lend.
 absl::StatusOr<ExportedVmm> NewSlabMemory(CudaDeviceState& d, const std::string& tenant,
                                           uint64_t arena_bytes, uint64_t size, bool may_wait) {
-  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
   const uint64_t granularity = d.granularity();
   const uint64_t least = RoundUp(size, granularity);
   uint64_t want = std::max(least, std::clamp(arena_bytes, kSlabMin, kSlabMax));
   const uint64_t held = d.vmm_held.load();
   const uint64_t room = d.capacity() > held ? RoundUp(d.capacity() - held, granularity) : 0;
   want = std::max(least, std::min(want, room));
-  cuda::ScopedDevice on(d.info.ordinal);
-  GPUBROKER_RETURN_IF_ERROR(on.status());
-  auto memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
-  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
-    // Kept memory goes first; what clients still map goes once they have
-    // unmapped it, which only a caller that may wait waits for.
-    const bool dropped = d.kept.Drop() > 0;
-    if (d.kept.draining_bytes() > 0) {
-      if (!may_wait) {
-        return AskThroughGrpc(StrCat("a slab for tenant '", tenant, "' on ", d.info.uuid,
-                                     " needs memory that clients are unmapping"));
-      }
-      d.kept.WaitDrained(kDrainWait);
-    }
-    if (dropped || d.kept.draining_bytes() == 0) {
-      memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
-    }
+  auto lent = d.Lend(tenant, want, "slab", {.may_wait = may_wait});
+  if (lent.status().code() == absl::StatusCode::kResourceExhausted && want > least) {
+    want = least;  // fuller than our books say: the least will do
+    lent = d.Lend(tenant, want, "slab", {.may_wait = may_wait});
   }
-  if (!memory.ok() && want > least) {  // fuller than our books say: the least will do
-    want = least;
-    memory = ExportedVmm::Create(*api, d.info.ordinal, want, "slab");
-  }
-  if (memory.status().code() == absl::StatusCode::kResourceExhausted) {
+  if (lent.status().code() == absl::StatusCode::kResourceExhausted) {
     return OutOfMemoryRefusal(StrCat("out of memory on ", d.info.uuid, ": a ", want,
                                      "-byte slab for tenant '", tenant, "' failed"));
   }
-  return memory;
+  GPUBROKER_RETURN_IF_ERROR(lent.status());
+  return std::move(lent->memory);
 }
 
 }  // namespace
@@ -146,13 +170,15 @@ ArenaPath::ArenaPath(std::shared_ptr<CudaDeviceState> device, FencePages& fences
 std::shared_ptr<TenantArena> ArenaPath::ArenaFor(const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   auto& arena = arenas_[tenant];
-  if (!arena) arena = std::make_shared<TenantArena>();
+  if (!arena) arena = std::make_shared<TenantArena>(tenant, regions_, counters_);
   return arena;
 }
 
-absl::Status ArenaPath::Place(TenantArena& arena, const std::string& tenant, uint64_t size,
-                              bool may_wait, std::shared_ptr<ArenaSlab>* slab, uint64_t* offset) {
+absl::Status ArenaPath::Place(const std::shared_ptr<TenantArena>& owner, const std::string& tenant,
+                              uint64_t size, bool may_wait, std::shared_ptr<ArenaSlab>* slab,
+                              uint64_t* offset) {
   CudaDeviceState& d = *device_;
+  TenantArena& arena = *owner;
   absl::MutexLock lock(&arena.mu);
   for (const auto& s : arena.slabs) {
     if (auto o = s->ranges.Allocate(size)) {
@@ -163,7 +189,7 @@ absl::Status ArenaPath::Place(TenantArena& arena, const std::string& tenant, uin
   }
   GPUBROKER_ASSIGN_OR_RETURN(ExportedVmm memory,
                              NewSlabMemory(d, tenant, arena.bytes, size, may_wait));
-  auto made = std::make_shared<ArenaSlab>(device_, std::move(memory));
+  auto made = std::make_shared<ArenaSlab>(device_, std::move(memory), owner);
   made->id = regions_.Add(tenant, made);
   arena.slabs.push_back(made);
   arena.bytes += made->size();
@@ -183,7 +209,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> ArenaPath::Allocate(const Allocat
   const uint64_t size = RoundUp(req.size, kAlignment);
   std::shared_ptr<ArenaSlab> slab;
   uint64_t offset = 0;
-  GPUBROKER_RETURN_IF_ERROR(Place(*arena, req.tenant, size, req.may_wait, &slab, &offset));
+  GPUBROKER_RETURN_IF_ERROR(Place(arena, req.tenant, size, req.may_wait, &slab, &offset));
   claim.Resize(size);
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;
@@ -204,7 +230,7 @@ absl::StatusOr<std::unique_ptr<LeasedRange>> ArenaPath::LeaseRange(const RangeRe
   const uint64_t length = RoundUp(req.length, kAlignment);
   std::shared_ptr<ArenaSlab> slab;
   uint64_t offset = 0;
-  GPUBROKER_RETURN_IF_ERROR(Place(*arena, req.tenant, length, req.may_wait, &slab, &offset));
+  GPUBROKER_RETURN_IF_ERROR(Place(arena, req.tenant, length, req.may_wait, &slab, &offset));
   counters_->used_bytes += length;
   ImportInfo info;
   info.kind = ImportKind::kCudaArena;
@@ -228,11 +254,14 @@ absl::StatusOr<std::unique_ptr<LeasedRange>> ArenaPath::LeaseRange(const RangeRe
   }
   auto free_span = [arena, slab, held, counters = counters_, base = offset](uint64_t at,
                                                                             uint64_t size) {
+    bool empty = false;
     {
       absl::MutexLock lock(&arena->mu);
       slab->ranges.Free(base + at, size);
+      empty = slab->ranges.free_bytes() == slab->ranges.capacity();
     }
     counters->used_bytes -= size;
+    if (empty) arena->ReleaseIfIdle(slab->id);
     absl::MutexLock lock(&held->mu);
     held->claim.Resize(held->claim.bytes() - size);
   };

@@ -23,9 +23,11 @@ class TenantArena;
 /// tenant's slabs, VMM allocations (POSIX fd) that grow geometrically from
 /// 64 MiB to 2 GiB each. A client maps each slab once and caches it, so
 /// opening a buffer costs no CUDA call at all: mapping is what a pool import
-/// pays per buffer (~0.13 ms at 64 MiB, 1.3 ms at 1 GiB). Slabs are kept for
-/// the daemon's life, like an exported pool's memory. A buffer's reserved
-/// size is its range (512-byte aligned); slabs are reserved memory.
+/// pays per buffer (~0.13 ms at 64 MiB, 1.3 ms at 1 GiB). A slab goes back
+/// to the device once no buffer uses it and no live session has received
+/// its descriptor (so no client maps it: a client keeps a slab mapped until
+/// its session ends). A buffer's reserved size is its range (512-byte
+/// aligned); slabs are reserved memory.
 class ArenaPath final : public BufferPath {
  public:
   ArenaPath(std::shared_ptr<CudaDeviceState> device, FencePages& fences, RegionTable& regions);
@@ -51,8 +53,9 @@ class ArenaPath final : public BufferPath {
  private:
   std::shared_ptr<TenantArena> ArenaFor(const std::string& tenant);
   /// `size` bytes of one of the tenant's slabs (a new slab when none has room).
-  absl::Status Place(TenantArena& arena, const std::string& tenant, uint64_t size, bool may_wait,
-                     std::shared_ptr<ArenaSlab>* slab, uint64_t* offset);
+  absl::Status Place(const std::shared_ptr<TenantArena>& arena, const std::string& tenant,
+                     uint64_t size, bool may_wait, std::shared_ptr<ArenaSlab>* slab,
+                     uint64_t* offset);
 
   const std::shared_ptr<CudaDeviceState> device_;
   FencePages& fences_;

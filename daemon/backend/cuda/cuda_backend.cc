@@ -144,6 +144,7 @@ DeviceUsage CudaBackend::Usage(int device) const {
   if (device < 0 || device >= static_cast<int>(devices_.size())) return u;
   const Device& d = *devices_[device];
   u.capacity_bytes = d.state->capacity();
+  u.zeroed_bytes = d.state->zeroed_bytes.load();
   d.fences->AddUsage(u);
   d.small->AddUsage(u);
   d.vmm->AddUsage(u);

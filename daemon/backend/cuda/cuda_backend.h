@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
   uint64_t RoundedSize(int device, uint64_t size, bool isolated) const override;
   absl::StatusOr<std::unique_ptr<BackendBuffer>> Allocate(const AllocationRequest& req) override;
   absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) override;
+  void RegionHeld(RegionId region) override { regions_.AddHolder(region); }
+  void RegionUnheld(RegionId region) override { regions_.DropHolder(region); }
   DeviceUsage Usage(int device) const override;
   uint64_t QuickAllocationLimit() const override { return options_.vmm_threshold; }
   /// Ranges of the tenant's arena slabs (cuda-arena only), under the VMM threshold.

@@ -33,7 +33,11 @@ absl::StatusOr<ExportedVmm> ExportedVmm::Create(const cuda::DriverApi& api, int 
 }
 
 ExportedVmm::ExportedVmm(ExportedVmm&& o) noexcept
-    : api_(o.api_), handle_(std::exchange(o.handle_, 0)), fd_(std::move(o.fd_)), size_(o.size_) {}
+    : api_(o.api_),
+      handle_(std::exchange(o.handle_, 0)),
+      fd_(std::move(o.fd_)),
+      size_(o.size_),
+      lent_to_(std::move(o.lent_to_)) {}
 
 ExportedVmm& ExportedVmm::operator=(ExportedVmm&& o) noexcept {
   if (this != &o) {
@@ -42,8 +46,43 @@ ExportedVmm& ExportedVmm::operator=(ExportedVmm&& o) noexcept {
     handle_ = std::exchange(o.handle_, 0);
     fd_ = std::move(o.fd_);
     size_ = o.size_;
+    lent_to_ = std::move(o.lent_to_);
   }
   return *this;
+}
+
+absl::Status ExportedVmm::Zero(int ordinal, cudaStream_t stream) const {
+  const cuda::DriverApi& api = *api_;
+  CUdeviceptr ptr = 0;
+  GPUBROKER_RETURN_IF_ERROR(
+      api.Check(api.cuMemAddressReserve(&ptr, size_, 0, 0, 0), "cuMemAddressReserve (zero)"));
+  absl::Status status = api.Check(api.cuMemMap(ptr, size_, 0, handle_, 0), "cuMemMap (zero)");
+  const bool mapped = status.ok();
+  if (status.ok()) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = ordinal;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    status = api.Check(api.cuMemSetAccess(ptr, size_, &access, 1), "cuMemSetAccess (zero)");
+  }
+  if (status.ok()) {
+    void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(ptr));
+    if (cudaError_t e = cudaMemsetAsync(p, 0, size_, stream); e != cudaSuccess) {
+      status = cuda::RuntimeError(e, "cudaMemsetAsync (zero)");
+    } else if (e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+      status = cuda::RuntimeError(e, "cudaStreamSynchronize (zero)");
+    }
+  }
+  // Unmapped whatever happened: the daemon keeps no mapping of lent memory.
+  if (mapped) {
+    if (auto s = api.Check(api.cuMemUnmap(ptr, size_), "cuMemUnmap (zero)"); !s.ok()) {
+      spdlog::error("cuda: {}", std::string(View(s.message())));
+    }
+  }
+  if (auto s = api.Check(api.cuMemAddressFree(ptr, size_), "cuMemAddressFree (zero)"); !s.ok()) {
+    spdlog::error("cuda: {}", std::string(View(s.message())));
+  }
+  return status;
 }
 
 ExportedVmm::~ExportedVmm() { Release(); }

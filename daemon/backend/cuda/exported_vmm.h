@@ -19,6 +19,8 @@ namespace gpubroker {
 /// One VMM allocation with a POSIX-fd handle, exported once: what fence
 /// pages, arena slabs and VMM buffers are made of. Releases the allocation
 /// when it goes (importers' mappings keep the memory until they unmap).
+/// It reaches a tenant only through CudaDeviceState::Lend, which zeroes it
+/// when it was another tenant's or is fresh from the driver.
 class ExportedVmm {
  public:
   /// cuMemCreate + cuMemExportToShareableHandle of `size` bytes (a multiple of
@@ -34,6 +36,14 @@ class ExportedVmm {
 
   int fd() const { return fd_.get(); }
   uint64_t size() const { return size_; }
+  /// The tenant it was last lent to; empty while no tenant has had it.
+  const std::string& lent_to() const { return lent_to_; }
+  void set_lent_to(std::string tenant) { lent_to_ = std::move(tenant); }
+
+  /// Writes zeros over all of it: maps it into the daemon on device
+  /// `ordinal` (whose context the caller has made current), sets it on
+  /// `stream`, waits, and unmaps.
+  absl::Status Zero(int ordinal, cudaStream_t stream) const;
 
  private:
   void Release();
@@ -42,12 +52,14 @@ class ExportedVmm {
   CUmemGenericAllocationHandle handle_ = 0;
   UniqueFd fd_;
   uint64_t size_ = 0;
+  std::string lent_to_;
 };
 
 /// An ExportedVmm as a kept allocation (KeptAllocations, by tenant and
-/// size, for the tenant's next buffer of the same size: a new one costs
-/// ~0.35 ms at 40 GiB at best and far more when the driver has memory to
-/// clear). Only the tenant's own sessions ever held descriptors of it.
+/// size, for the tenant's next buffer of the same size, taken through
+/// CudaDeviceState::Lend: a new one costs ~0.35 ms at 40 GiB at best and far
+/// more when the driver has memory to clear). Only the tenant's own sessions
+/// ever held descriptors of it.
 class KeptVmm final : public KeptAllocations::Memory {
  public:
   explicit KeptVmm(ExportedVmm memory) : memory_(std::move(memory)) {}

@@ -63,13 +63,10 @@ FencePages::FencePages(std::shared_ptr<CudaDeviceState> device, RegionTable& reg
 absl::StatusOr<std::shared_ptr<FencePage>> FencePages::PageFor(const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   if (auto it = pages_.find(tenant); it != pages_.end()) return it->second;
-  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
-  cuda::ScopedDevice on(device_->info.ordinal);
-  GPUBROKER_RETURN_IF_ERROR(on.status());
-  GPUBROKER_ASSIGN_OR_RETURN(
-      ExportedVmm memory,
-      ExportedVmm::Create(*api, device_->info.ordinal, device_->granularity(), "fence page"));
-  auto page = std::make_shared<FencePage>(device_, std::move(memory));
+  // Zeroed by Lend: a word of a fresh page reads 0, which no fence value is.
+  GPUBROKER_ASSIGN_OR_RETURN(CudaDeviceState::Lent lent,
+                             device_->Lend(tenant, device_->granularity(), "fence page", {}));
+  auto page = std::make_shared<FencePage>(device_, std::move(lent.memory));
   page->set_id(regions_.Add(tenant, page));
   pages_[tenant] = page;
   bytes_ += page->size();

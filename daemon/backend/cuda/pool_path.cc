@@ -126,9 +126,18 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> PoolPath::Allocate(const Allocati
     const CudaMemPool& p = pool->pool();
     const uint64_t used_before = p.Attribute(cudaMemPoolAttrUsedMemCurrent);
     cudaError_t err = cudaMallocFromPoolAsync(&ptr, req.size, p.get(), d.stream.get());
+    // Which of a pool's pages are new from the driver (and may hold bytes of
+    // memory this daemon released for another tenant) cannot be told, so
+    // every pool buffer starts zeroed: one more operation before the same
+    // synchronization. (VMM memory follows CudaDeviceState::Lend's rule.)
+    if (err == cudaSuccess) err = cudaMemsetAsync(ptr, 0, req.size, d.stream.get());
     if (err == cudaSuccess) err = cudaStreamSynchronize(d.stream.get());
     if (err != cudaSuccess) {
       cudaGetLastError();
+      if (ptr != nullptr) {  // made, but not zeroed: not lent
+        cudaFreeAsync(ptr, d.stream.get());
+        cudaStreamSynchronize(d.stream.get());
+      }
       if (err == cudaErrorMemoryAllocation) {
         return OutOfMemoryRefusal(
             StrCat("out of memory on ", d.info.uuid, ": cudaMallocFromPoolAsync of ", req.size,
@@ -137,6 +146,7 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> PoolPath::Allocate(const Allocati
       }
       return cuda::RuntimeError(err, "cudaMallocFromPoolAsync");
     }
+    d.zeroed_bytes += req.size;
     const uint64_t used_after = p.Attribute(cudaMemPoolAttrUsedMemCurrent);
     claim.Resize(used_after > used_before ? used_after - used_before
                                           : RoundUp(req.size, kPoolAlignment));

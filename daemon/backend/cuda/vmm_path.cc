@@ -1,7 +1,6 @@
 #include "daemon/backend/cuda/vmm_path.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "common/refusal.h"
 #include "common/status_macros.h"
@@ -13,11 +12,6 @@
 
 namespace gpubroker {
 namespace {
-
-// New allocations slower than this are logged, with what they took.
-constexpr auto kSlowAllocation = std::chrono::milliseconds(20);
-// How long an allocation waits for clients to unmap kept memory it needs.
-constexpr auto kDrainWait = std::chrono::seconds(2);
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -86,52 +80,24 @@ uint64_t VmmPath::RoundedSize(uint64_t size, uint64_t granularity) {
 absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const AllocationRequest& req,
                                                                  CapacityGuard::Claim claim) {
   CudaDeviceState& d = *device_;
-  GPUBROKER_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::DriverApi::Get());
   const uint64_t size = RoundedSize(req.size, d.info.vmm_granularity);
   claim.Resize(size);
   const std::string keep_for = req.isolated ? std::string() : req.tenant;
-  std::optional<ExportedVmm> memory;
   // A buffer shared across tenants is never kept: another tenant held its fd.
-  AllocationId id = keep_for.empty() ? 0 : NewAllocationId();
-  if (!keep_for.empty()) {
-    if (auto kept = d.kept.Take(keep_for, size)) {
-      id = kept->first;  // the same memory: clients that kept it mapped find it so
-      memory = std::move(static_cast<KeptVmm&>(*kept->second)).Take();
-    }
+  // A new allocation may take over 0.1 s: not on the session socket's thread.
+  auto lent = d.Lend(req.tenant, size, "buffer",
+                     {.reuse_kept = !keep_for.empty(),
+                      .may_create = !req.kept_only && req.may_wait,
+                      .may_wait = req.may_wait});
+  if (lent.status().code() == absl::StatusCode::kResourceExhausted) {
+    return OutOfMemoryRefusal(
+        StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
   }
-  if (!memory && (req.kept_only || !req.may_wait)) {
-    // A new allocation may take over 0.1 s: not on the session socket's thread.
-    return AskThroughGrpc(StrCat("no kept allocation of ", FormatBytes(size), " on ", d.info.uuid,
-                                 " for tenant '", req.tenant, "'"));
-  }
-  if (!memory) {
-    // Lent (this request included) plus kept may not pass the capacity;
-    // kept memory that clients still map goes once they have unmapped it.
-    GPUBROKER_RETURN_IF_ERROR(
-        d.kept.MakeRoom(d.lent->used(), 0, d.capacity(), req.may_wait, kDrainWait, d.info.uuid));
-    cuda::ScopedDevice on(d.info.ordinal);
-    GPUBROKER_RETURN_IF_ERROR(on.status());
-    const auto start = std::chrono::steady_clock::now();
-    auto made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
-    if (made.status().code() == absl::StatusCode::kResourceExhausted) {
-      // Kept memory goes first; what clients still map goes once they have
-      // unmapped it (they are asked to), so wait for that, within bounds.
-      d.kept.Drop();
-      if (d.kept.draining_bytes() > 0) d.kept.WaitDrained(kDrainWait);
-      made = ExportedVmm::Create(*api, d.info.ordinal, size, "buffer");
-    }
-    if (made.status().code() == absl::StatusCode::kResourceExhausted) {
-      return OutOfMemoryRefusal(
-          StrCat("out of memory on ", d.info.uuid, ": cuMemCreate of ", size, " bytes failed"));
-    }
-    GPUBROKER_RETURN_IF_ERROR(made.status());
-    const auto took = std::chrono::steady_clock::now() - start;
-    if (took > kSlowAllocation) {
-      spdlog::info("cuda-vmm: a new {} on {} took {:.1f} ms", FormatBytes(size), d.info.uuid,
-                   std::chrono::duration<double, std::milli>(took).count());
-    }
-    memory = std::move(*made);
-  }
+  GPUBROKER_RETURN_IF_ERROR(lent.status());
+  // The kept allocation's id where it was one (clients that kept it mapped
+  // find it so), else a new one for memory that may be kept.
+  const AllocationId id =
+      lent->kept_id != 0 ? lent->kept_id : (keep_for.empty() ? 0 : NewAllocationId());
   ImportInfo info;
   info.kind = ImportKind::kCudaVmm;
   info.region_id = 0;
@@ -140,8 +106,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> VmmPath::Allocate(const Allocatio
   info.fence_offset = FenceOffset(req.size);
   info.fence_value = NewFenceValue();  // new for every buffer: a kept word never reads as ready
   info.allocation_id = id;
-  return std::make_unique<VmmBuffer>(device_, live_bytes_, std::move(claim), std::move(*memory),
-                                     std::move(info), keep_for);
+  return std::make_unique<VmmBuffer>(device_, live_bytes_, std::move(claim),
+                                     std::move(lent->memory), std::move(info), keep_for);
 }
 
 void VmmPath::AddUsage(DeviceUsage& usage) const {
