@@ -28,7 +28,8 @@ Samples RunThroughput(const std::string& socket_dir, int processes, uint64_t siz
 int ServeThroughput(const std::string& socket_dir, uint64_t size, int duration_ms, int fd,
                     bool daemon_path);
 
-/// One allocate + release pair of `size` bytes on `client`, timed (us).
+/// One allocate + release pair of `size` bytes on `client`, timed (us); a
+/// host buffer's first byte is written.
 double AllocateReleasePair(Client& client, uint64_t size);
 
 /// malloc + a write to the first byte + free, timed (us): the in-process
