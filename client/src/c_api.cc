@@ -199,10 +199,13 @@ gpubroker_status_t CheckDlpackFlags(uint32_t flags) {
 
 // The consumer's stream waits for the producer's sealed writes. An unsealed
 // buffer has no fence recorded yet: waiting on it would wait for a seal that
-// may never come. Host memory has nothing to wait for.
+// may never come. Host memory has nothing to wait for, nor has a buffer this
+// client made and not published (it is unsealed; asking for its state would
+// publish it, a round trip that the seal's publication makes anyway).
 gpubroker_status_t WaitIfSealed(gpubroker_buffer_t& b, void* stream) {
   gpubroker::Buffer& buffer = b.buffer();
-  if (buffer.device_ordinal() < 0 || buffer.info().state != gpubroker::BufferState::kSealed) {
+  if (buffer.device_ordinal() < 0 || !buffer.is_published() ||
+      buffer.info().state != gpubroker::BufferState::kSealed) {
     return GPUBROKER_OK;
   }
   return Guard([&] { buffer.wait_ready(stream); });
@@ -405,7 +408,10 @@ const char* gpubroker_buffer_device(const gpubroker_buffer_t* b) {
   return b ? b->buffer().device().c_str() : "";
 }
 int gpubroker_buffer_is_sealed(const gpubroker_buffer_t* b) {
-  return b && b->buffer().info().state == gpubroker::BufferState::kSealed;
+  // A buffer this client made and has not published is unsealed; asking
+  // the daemon would publish it.
+  return b && b->buffer().is_published() &&
+         b->buffer().info().state == gpubroker::BufferState::kSealed;
 }
 int gpubroker_buffer_is_owner(const gpubroker_buffer_t* b) { return b && b->buffer().is_owner(); }
 int gpubroker_buffer_is_published(const gpubroker_buffer_t* b) {

@@ -504,6 +504,37 @@ int ChildAfterFork(gpubroker_client_t* parents, gpubroker_buffer_t* parents_buff
   return failed;
 }
 
+// What a binding asks of a buffer this client made before its seal (its
+// state, a DLPack export or a view on a stream) reads nothing from the
+// daemon: the buffer stays unpublished until the seal publishes and seals it
+// in one frame.
+TEST(CAbi, ExportsBeforeTheSealDoNotPublishAClientMadeBuffer) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.not.yet", GPUBROKER_DTYPE_UINT8, {4096});
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(gpubroker_buffer_is_published(b), 0) << "a client-made buffer starts unpublished";
+  EXPECT_EQ(gpubroker_buffer_is_sealed(b), 0);
+  void* out = nullptr;
+  ASSERT_EQ(gpubroker_buffer_to_dlpack_on(b, GPUBROKER_DLPACK_VERSIONED, nullptr, &out),
+            GPUBROKER_OK)
+      << gpubroker_last_error();
+  gpubroker_view_t* view = nullptr;
+  ASSERT_EQ(gpubroker_buffer_view_on(b, nullptr, &view), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_is_published(b), 0) << "nothing above needed the daemon";
+  EXPECT_TRUE(client.List().empty());
+  ASSERT_EQ(gpubroker_buffer_seal(b), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_is_published(b), 1);
+  EXPECT_EQ(gpubroker_buffer_is_sealed(b), 1);
+  EXPECT_EQ(client.List().size(), 1u);
+  static_cast<dl::ManagedTensorVersioned*>(out)->deleter(
+      static_cast<dl::ManagedTensorVersioned*>(out));
+  gpubroker_view_release(view);
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_TRUE(client.List().empty());
+}
+
 TEST(CAbi, ForkedChildCannotUseTheParentsHandlesAndLeavesTheSessionAlone) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
