@@ -13,6 +13,9 @@
 //   allocation: in-process allocate+release of a small buffer, and 1/8/16
 //     processes at once, vs torch's caching allocator
 //   the fence wait and its variants (cuda_fence.cc)
+//
+// Over 500 lines on purpose: one run's cases in the order they run, each
+// beside the baseline it is measured against in the same run.
 #include "bench/options.h"
 
 #ifdef GPUBROKER_HAVE_CUDA

@@ -1,3 +1,6 @@
+// Over 500 lines on purpose: the daemon's wiring, the one place where every
+// part is built, connected and stopped in order (backend, registry, both
+// sockets, metrics, health, signals, reload).
 #include "daemon/daemon.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,6 @@
+// Over 500 lines on purpose: the client's size classes, free lists and range
+// books share one set of invariants (every byte of a range is in exactly one
+// place), kept together so that they can be read together.
 #include "client/src/sub_allocator.h"
 
 #include <algorithm>

@@ -1,3 +1,7 @@
+// Over 500 lines on purpose: a buffer's whole life under the registry's one
+// lock (allocate, name, open, seal, lease, free, TTL, descriptors). Sessions,
+// waits and ranges live in registry_sessions.cc, registry_waits.cc and
+// registry_ranges.cc.
 #include "daemon/core/registry.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Over 500 lines on purpose: the session socket's one event loop (accepting,
+// framing, calls, parked answers, unmap requests, session ends) shares the
+// loop thread's state; split, each part would reach into the others'.
 #include "daemon/session/session_server.h"
 
 #include <sys/epoll.h>

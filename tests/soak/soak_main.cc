@@ -17,6 +17,8 @@
 // It prints the figures (and writes them as JSON) and exits 1 when bytes
 // leaked, a client read bytes that were not the producer's, a call failed
 // in a way no client should see, or the daemon's descriptors grew.
+//
+// Over 500 lines on purpose: one program, its workers and its report together.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
