@@ -17,6 +17,7 @@
 #include "common/wire/frame.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/integration/harness.h"
 
 namespace gpubroker::testing {
@@ -27,33 +28,7 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr const char* kReclaimedDied = "gpubroker_reclaimed_bytes_total{cause=\"died\"}";
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-std::string GpuProblem() {
-  auto count = cuda::DeviceCount();
-  return count.ok() ? "" : std::string(count.status().message());
-}
-
-#define SKIP_WITHOUT_GPU()                                      \
-  do {                                                          \
-    const std::string why = GpuProblem();                       \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
-  } while (false)
-
-nlohmann::json Status(Helper& h) { return nlohmann::json::parse(h.Ok("status")); }
 nlohmann::json Device0(Helper& h) { return Status(h)["devices"][0]; }
-
-std::map<std::string, std::string> Fields(const std::string& info) {
-  std::map<std::string, std::string> out;
-  size_t pos = 0;
-  while (pos < info.size()) {
-    size_t sp = info.find(' ', pos);
-    if (sp == std::string::npos) sp = info.size();
-    const std::string kv = info.substr(pos, sp - pos);
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
-    pos = sp + 1;
-  }
-  return out;
-}
 
 // The tests that run on both small-buffer paths: "arena" and "pool".
 class GpuPath : public ::testing::TestWithParam<std::string> {

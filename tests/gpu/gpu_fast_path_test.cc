@@ -14,32 +14,15 @@
 #include "common/cuda/cuda_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/integration/harness.h"
 
 namespace gpubroker::testing {
 namespace {
 
-// The reserved bytes of a helper's "info KEY" answer ("... reserved=N").
-uint64_t ReservedBytes(const std::string& info) {
-  const size_t at = info.find("reserved=");
-  return at == std::string::npos ? 0 : std::stoull(info.substr(at + 9));
-}
-
 using namespace std::chrono_literals;
 constexpr int64_t kMiB = int64_t{1} << 20;
 
-std::string GpuProblem() {
-  auto count = cuda::DeviceCount();
-  return count.ok() ? "" : std::string(count.status().message());
-}
-
-#define SKIP_WITHOUT_GPU()                                      \
-  do {                                                          \
-    const std::string why = GpuProblem();                       \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
-  } while (false)
-
-nlohmann::json Status(Helper& h) { return nlohmann::json::parse(h.Ok("status")); }
 int64_t DeviceUsed(Helper& h) { return Status(h)["devices"][0]["used_bytes"].get<int64_t>(); }
 std::string Uuid(Helper& h) { return Status(h)["devices"][0]["uuid"].get<std::string>(); }
 
@@ -133,7 +116,7 @@ TEST(GpuFastPath, ARecycledVmmAllocationIsMappedFromBothClientsCaches) {
   a.Ok("alloc x 67108864 name=kv");
   EXPECT_EQ(a.Ok("info x").find("backing=cuda-vmm"), 0u);
   // What the allocation holds: the buffer, its fence word, rounded to the granularity.
-  const uint64_t reserved = ReservedBytes(a.Ok("info x"));
+  const uint64_t reserved = std::stoull(Fields(a.Ok("info x"))["reserved"]);
   EXPECT_GT(reserved, 64 * kMiB);
   EXPECT_EQ(a.Stat("daemon_grpc"), 1) << "cold: a new VMM allocation goes through gRPC";
   EXPECT_EQ(a.Stat("maps_imported"), 1);
@@ -185,7 +168,7 @@ TEST(GpuFastPath, KeptMemoryGoesToAnotherTenantOnlyAfterItsHolderUnmapped) {
   const std::string uuid = Uuid(a);
   const std::string kept = "gpubroker_pool_kept_bytes{device=\"" + uuid + "\"}";
   a.Ok("alloc x 167772160");  // 160 MiB, and its fence word: 162 MiB
-  const uint64_t reserved = ReservedBytes(a.Ok("info x"));
+  const uint64_t reserved = std::stoull(Fields(a.Ok("info x"))["reserved"]);
   a.Ok("fill x 3");
   a.Ok("release x");
   ASSERT_EQ(a.Stat("cache_entries"), 1);

@@ -10,23 +10,13 @@
 
 #include "common/cuda/cuda_util.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/integration/harness.h"
 
 namespace gpubroker::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string GpuProblem() {
-  auto count = cuda::DeviceCount();
-  return count.ok() ? "" : std::string(count.status().message());
-}
-
-#define SKIP_WITHOUT_GPU()                                      \
-  do {                                                          \
-    const std::string why = GpuProblem();                       \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
-  } while (false)
 
 TEST(GpuService, ReadyComesOnceTheCudaBackendServes) {
   SKIP_WITHOUT_GPU();
