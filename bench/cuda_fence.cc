@@ -98,25 +98,6 @@ struct FencePeer {
   cudaStream_t stream = nullptr;
 };
 
-CUdeviceptr MapImported(UniqueFd fd, uint64_t size) {
-  const auto& api = Driver();
-  CUmemGenericAllocationHandle h = 0;
-  Throw(api.Check(api.cuMemImportFromShareableHandle(
-                      &h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
-                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                  "cuMemImportFromShareableHandle"));
-  CUdeviceptr p = 0;
-  Throw(api.Check(api.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve"));
-  Throw(api.Check(api.cuMemMap(p, size, 0, h, 0), "cuMemMap"));
-  api.cuMemRelease(h);
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = 0;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  Throw(api.Check(api.cuMemSetAccess(p, size, &access, 1), "cuMemSetAccess"));
-  return p;
-}
-
 // Maps a memfd of host words and registers it with CUDA; its device address
 // (0, with the reason on stderr, where the device cannot do it).
 CUdeviceptr RegisterHostWords(int fd, void** host) {
@@ -184,7 +165,7 @@ int ServeFencePeer(int fd) {
     switch (m.op) {
       case kSetupDevice:
         p.device_size = m.a;
-        p.device_words = MapImported(std::move(got), m.a);
+        p.device_words = ImportAndMap(std::move(got), m.a);
         break;
       case kSetupHost:
         p.host_words = RegisterHostWords(got.get(), &p.host);

@@ -49,27 +49,6 @@ void Release(PeerState& s) {
   }
 }
 
-// Imports a VMM descriptor and maps it for device 0.
-CUdeviceptr ImportAndMap(UniqueFd fd, uint64_t size) {
-  const auto& api = Driver();
-  CUmemGenericAllocationHandle h = 0;
-  Throw(api.Check(api.cuMemImportFromShareableHandle(
-                      &h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
-                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                  "cuMemImportFromShareableHandle"));
-  fd.reset();
-  CUdeviceptr p = 0;
-  Throw(api.Check(api.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve"));
-  Throw(api.Check(api.cuMemMap(p, size, 0, h, 0), "cuMemMap"));
-  api.cuMemRelease(h);
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = 0;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  Throw(api.Check(api.cuMemSetAccess(p, size, &access, 1), "cuMemSetAccess"));
-  return p;
-}
-
 }  // namespace
 
 int RunFencePeer(int fd) { return ServeFencePeer(fd); }

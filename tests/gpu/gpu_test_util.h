@@ -19,10 +19,10 @@ inline std::string GpuProblem() {
   return count.ok() ? "" : std::string(count.status().message());
 }
 
-#define SKIP_WITHOUT_GPU()                                                         \
-  do {                                                                             \
-    const std::string why = ::gpubroker::testing::GpuProblem();                    \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why;                    \
+#define SKIP_WITHOUT_GPU()                                      \
+  do {                                                          \
+    const std::string why = ::gpubroker::testing::GpuProblem(); \
+    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
   } while (false)
 
 /// The daemon's status, as a helper's "status" answers it.
