@@ -261,16 +261,19 @@ void RunFenceCases(int iterations, int warmup, std::deque<Samples>& results, Wat
 
   cudaStream_t stream = nullptr;
   Throw(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // A variant's fence word, and the flags of its stream write.
+  auto word_of = [&](uint32_t v) { return (UsesHostWord(v) ? host_words : words) + Slot(v); };
+  auto flags_of = [](uint32_t v) -> unsigned {
+    return v == kNoBarrier ? CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
+                           : CU_STREAM_WRITE_VALUE_DEFAULT;
+  };
   // Each variant's write is tried once first: one that this machine's driver
   // refuses (e.g. a stream write to registered host memory) is reported and
   // skipped, and the other cases still run.
   auto refused = [&](uint32_t v) -> bool {
     if (v == kBare || v == kHostCpu) return false;
-    const unsigned flags =
-        v == kNoBarrier ? CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER : CU_STREAM_WRITE_VALUE_DEFAULT;
-    const CUdeviceptr word = (UsesHostWord(v) ? host_words : words) + Slot(v);
-    const absl::Status written =
-        api.Check(api.cuStreamWriteValue64(stream, word, 0, flags), "cuStreamWriteValue64");
+    const absl::Status written = api.Check(
+        api.cuStreamWriteValue64(stream, word_of(v), 0, flags_of(v)), "cuStreamWriteValue64");
     const cudaError_t synced = cudaStreamSynchronize(stream);
     if (written.ok() && synced == cudaSuccess) return false;
     std::fprintf(
@@ -299,16 +302,13 @@ void RunFenceCases(int iterations, int warmup, std::deque<Samples>& results, Wat
     for (uint32_t v : order) {
       watchdog.Step(StrCat("fence cases: iteration ", i, ", ", kNames[v]));
       ++value;
-      const CUdeviceptr word = (UsesHostWord(v) ? host_words : words) + Slot(v);
       auto write = [&] {
         if (v == kHostCpu) {
           reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(host) + Slot(v))
               ->store(value, std::memory_order_release);
           return;
         }
-        const unsigned flags = v == kNoBarrier ? CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
-                                               : CU_STREAM_WRITE_VALUE_DEFAULT;
-        Throw(api.Check(api.cuStreamWriteValue64(stream, word, value, flags),
+        Throw(api.Check(api.cuStreamWriteValue64(stream, word_of(v), value, flags_of(v)),
                         "cuStreamWriteValue64"));
         if (v == kQuery) (void)cudaStreamQuery(stream);
         if (v == kSignalled) Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
