@@ -115,28 +115,10 @@ void GrpcAcceptor::Loop() {
 }
 
 void GrpcAcceptor::AcceptAll() {
-  for (int i = 0; i < 64; ++i) {
-    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (fd) {
-      Admit(std::move(fd));
-      continue;
-    }
-    switch (errno) {
-      case EINTR:
-        continue;
-      case EAGAIN:
-        return;
-      case EMFILE:
-      case ENFILE:
-      case ENOBUFS:
-      case ENOMEM:
-        OutOfDescriptors();
-        return;
-      default:
-        Warn(StrCat("gpubroker.sock: accept: ", std::strerror(errno)));
-        continue;
-    }
-  }
+  const AcceptEnd end = AcceptBatch(
+      listener_.get(), 64, [this](UniqueFd fd) { Admit(std::move(fd)); },
+      [this](int err) { Warn(StrCat("gpubroker.sock: accept: ", std::strerror(err))); });
+  if (end == AcceptEnd::kOutOfDescriptors) OutOfDescriptors();
 }
 
 void GrpcAcceptor::OutOfDescriptors() {

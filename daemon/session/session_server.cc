@@ -170,30 +170,10 @@ void SessionServer::Loop() {
 }
 
 void SessionServer::AcceptAll() {
-  // A bounded batch per wakeup: a flood of connections takes turns with the
-  // sessions' own traffic (the listener is level-triggered and comes back).
-  for (int i = 0; i < 64; ++i) {
-    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (fd) {
-      Admit(std::move(fd));
-      continue;
-    }
-    switch (errno) {
-      case EINTR:
-        continue;
-      case EAGAIN:
-        return;
-      case EMFILE:
-      case ENFILE:
-      case ENOBUFS:
-      case ENOMEM:
-        OutOfDescriptors();
-        return;
-      default:  // the peer gave up before we took it (ECONNABORTED, EPROTO, ...)
-        Warn(StrCat("session.sock: accept: ", std::strerror(errno)));
-        continue;
-    }
-  }
+  const AcceptEnd end = AcceptBatch(
+      listener_.get(), 64, [this](UniqueFd fd) { Admit(std::move(fd)); },
+      [this](int err) { Warn(StrCat("session.sock: accept: ", std::strerror(err))); });
+  if (end == AcceptEnd::kOutOfDescriptors) OutOfDescriptors();
 }
 
 void SessionServer::OutOfDescriptors() {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 namespace gpubroker {
 
@@ -23,6 +24,32 @@ DescriptorLimit RaiseDescriptorLimit() {
   }
   out.soft = lim.rlim_cur;
   return out;
+}
+
+AcceptEnd AcceptBatch(int listener, int batch, const std::function<void(UniqueFd)>& admit,
+                      const std::function<void(int)>& failed) {
+  for (int i = 0; i < batch; ++i) {
+    UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (fd) {
+      admit(std::move(fd));
+      continue;
+    }
+    switch (errno) {
+      case EINTR:
+        continue;
+      case EAGAIN:
+        return AcceptEnd::kDrained;
+      case EMFILE:
+      case ENFILE:
+      case ENOBUFS:
+      case ENOMEM:
+        return AcceptEnd::kOutOfDescriptors;
+      default:
+        failed(errno);
+        continue;
+    }
+  }
+  return AcceptEnd::kDrained;
 }
 
 int CountOpenDescriptors() {

@@ -28,6 +28,21 @@ DescriptorLimit RaiseDescriptorLimit();
 /// Descriptors this process holds now (entries of /proc/self/fd); -1 when unknown.
 int CountOpenDescriptors();
 
+/// How a batch of accepts ended.
+enum class AcceptEnd {
+  kDrained,           // nothing more waiting, or the batch is done
+  kOutOfDescriptors,  // the kernel refused a descriptor (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+};
+
+/// Accepts at most `batch` connections from the non-blocking `listener`
+/// (non-blocking, close-on-exec), handing each to `admit`: a bounded batch
+/// per wakeup lets a flood of connections take turns with the rest of the
+/// loop (a level-triggered listener comes back). Any other failure (a peer
+/// that gave up before it was taken: ECONNABORTED, EPROTO, ...) goes to
+/// `failed` with its errno, and accepting goes on.
+AcceptEnd AcceptBatch(int listener, int batch, const std::function<void(UniqueFd)>& admit,
+                      const std::function<void(int)>& failed);
+
 /// One descriptor held back (on /dev/null) for the moment the process has
 /// none left: closing it makes room to accept one waiting connection, tell
 /// the peer why it is turned away and close it, instead of leaving it in the
