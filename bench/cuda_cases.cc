@@ -30,6 +30,7 @@
 
 #include "bench/baselines.h"
 #include "bench/cuda_common.h"
+#include "bench/daemon_calls.h"
 #include "bench/cuda_fence.h"
 #include "bench/cuda_peer.h"
 #include "bench/daemon_process.h"
@@ -166,6 +167,7 @@ int RunCuda(const Options& o) {
   }
   auto client = Client::connect(dir, {"bench"});
   if (client.session().backend != "cuda") throw std::runtime_error("the daemon is not on CUDA");
+  DaemonCalls daemon_calls(client.status().metrics_address);
   const std::string echo_path = dir + "/bench-echo.sock";
   Child echo_server = StartEchoServer(echo_path);
   EchoClient echo(echo_path);
@@ -450,6 +452,7 @@ int RunCuda(const Options& o) {
     const int n = size >= 16 * kGiB ? std::max(5, o.iterations / 10)
                   : size >= kGiB    ? std::max(10, o.iterations / 4)
                                     : o.iterations;
+    daemon_calls.Mark();
     for (int i = 0; i < 2 + n; ++i) {
       const bool keep = i >= 2;
       Samples w;
@@ -461,6 +464,7 @@ int RunCuda(const Options& o) {
       watchdog.Step(StrCat(s, " iteration ", i, ": bare VMM share"));
       bare_vmm_share(size, keep ? *r.vmm : w, keep ? vmm_map : w, keep ? vmm_create : w);
     }
+    daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     by_size.push_back(r);
     std::fprintf(stderr, "gpubroker-bench: %s cases done\n", s.c_str());
     PrintSection(results, section);

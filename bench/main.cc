@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "bench/baselines.h"
+#include "bench/daemon_calls.h"
 #include "bench/daemon_process.h"
 #include "bench/options.h"
 #include "bench/report.h"
@@ -102,6 +103,7 @@ int RunHost(const Options& o) {
     dir = own->dir();
   }
   auto client = Client::connect(dir, {"bench"});
+  DaemonCalls daemon_calls(client.status().metrics_address);
   const std::string echo_path = dir + "/bench-echo.sock";
   Child echo_server = StartEchoServer(echo_path);
   EchoClient echo_client(echo_path);
@@ -168,6 +170,7 @@ int RunHost(const Options& o) {
         Plotted(StrCat("  bare memfd + SCM_RIGHTS hand-over, ", s), "floor", size));
     share.baseline = "bare hand-over";
     const int n = size >= (uint64_t{1} << 30) ? std::max(20, o.iterations / 4) : o.iterations;
+    daemon_calls.Mark();
     for (int i = 0; i < o.warmup + n; ++i) {
       const bool keep = i >= o.warmup;
       const bool first = (i & 1) != 0;
@@ -182,6 +185,7 @@ int RunHost(const Options& o) {
       }
     }
     share.baseline_us = bare.p50();
+    daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     std::fprintf(stderr, "gpubroker-bench: hand-over at %s done\n", s.c_str());
   }
 

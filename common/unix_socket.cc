@@ -138,7 +138,8 @@ absl::StatusOr<size_t> SendSome(int fd, std::string_view bytes, int pass_fd) {
   }
 }
 
-absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<UniqueFd>* fds) {
+absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<UniqueFd>* fds,
+                                  bool dont_wait) {
   iovec iov{buf, cap};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -151,7 +152,7 @@ absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<Uni
   }
   ssize_t n;
   do {
-    n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | (dont_wait ? MSG_DONTWAIT : 0));
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Received{};

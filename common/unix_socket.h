@@ -49,7 +49,8 @@ struct Received {
 
 /// Reads what is available (up to cap bytes). Descriptors that arrive are
 /// appended to `fds`; with fds == nullptr the kernel drops them.
-absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<UniqueFd>* fds);
+absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<UniqueFd>* fds,
+                                  bool dont_wait = false);
 
 /// A close-on-exec duplicate of `fd` (what a descriptor handed to a client is).
 absl::StatusOr<UniqueFd> DupFd(int fd);

@@ -274,6 +274,7 @@ absl::Status Daemon::Start() {
   SessionServer::Options session_options;
   session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
   session_options.max_sessions_per_uid = options_.max_sessions_per_uid;
+  session_options.busy_poll = std::chrono::microseconds(options_.busy_poll_us);
   calls_ = std::make_unique<BrokerCalls>(*registry_, *metrics_);
   sessions_ = std::make_unique<SessionServer>(*calls_, *descriptors_, *reserve_, session_options);
 

@@ -11,6 +11,7 @@
 #include "client/src/device_arena.h"
 #include "common/paths.h"
 #include "common/refusal.h"
+#include "common/spin.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "common/units.h"
@@ -117,7 +118,8 @@ ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
       cache_(CacheOptions(options_)),
       reader_wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   session_channel_ = std::make_unique<SessionChannel>(StrCat(socket_dir_, "/", kSessionSocketName),
-                                                      options_.client_name, kHelloTimeout);
+                                                      options_.client_name, kHelloTimeout,
+                                                      SpinFromEnv("GPUBROKER_SPIN_US", options_.spin));
   const v1::Welcome& w = session_channel_->welcome();
   Token token{};
   std::memcpy(token.data(), w.token().data(), token.size());

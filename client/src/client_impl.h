@@ -76,8 +76,9 @@ class Mapping {
 class SessionChannel {
  public:
   /// Connects, says Hello, waits for Welcome. Throws UnavailableError.
+  /// `spin`: how long a caller waits awake for its answer before it blocks.
   SessionChannel(const std::string& path, const std::string& client_name,
-                 std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout, std::chrono::microseconds spin);
   ~SessionChannel();
 
   const v1::Welcome& welcome() const { return welcome_; }
@@ -126,9 +127,11 @@ class SessionChannel {
   /// session ended.
   v1::SessionFrame Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
                             std::chrono::milliseconds timeout);
-  /// Reads what arrives within `timeout` and hands each frame to its slot.
-  /// The reader's role is held (reading_); `lock` is released while blocked.
-  void ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout);
+  /// Reads what arrives within `timeout` and hands each frame to its slot,
+  /// polling the socket for up to `spin` before it blocks. The reader's role
+  /// is held (reading_); `lock` is released while reading.
+  void ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
+                std::chrono::microseconds spin);
   void Dispatch(v1::SessionFrame frame);  // under mu_
   /// Gives back the leases of Opens answered after their caller gave up.
   void ReleaseOrphans();
@@ -137,6 +140,7 @@ class SessionChannel {
   UniqueFd fd_;
   v1::Welcome welcome_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds spin_;
 
   std::mutex send_mu_;  // one frame goes out whole before the next
   std::mutex mu_;       // all that follows

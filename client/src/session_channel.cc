@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "client/src/client_impl.h"
+#include "common/spin.h"
 #include "common/strings.h"
 #include "common/unix_socket.h"
 #include "common/version.h"
@@ -26,8 +27,8 @@ uint64_t RequestIdOf(const v1::SessionFrame& f) {
 }  // namespace
 
 SessionChannel::SessionChannel(const std::string& path, const std::string& client_name,
-                               std::chrono::milliseconds timeout)
-    : timeout_(timeout) {
+                               std::chrono::milliseconds timeout, std::chrono::microseconds spin)
+    : timeout_(timeout), spin_(spin) {
   auto fd = ConnectUnix(path);
   if (!fd.ok()) {
     ThrowError(ErrorCode::kUnavailable,
@@ -131,13 +132,31 @@ void SessionChannel::Dispatch(v1::SessionFrame frame) {
 }
 
 void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout, std::chrono::microseconds spin) {
   lock.unlock();
-  const absl::Status readable = WaitReadable(fd_.get(), std::min(timeout, kReadSlice));
   char buf[16 * 1024];
   std::vector<UniqueFd> received;
   absl::StatusOr<Received> got = Received{};
-  if (readable.ok()) got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
+  bool arrived = false;
+  if (spin.count() > 0) {
+    // An answer on this socket takes tens of microseconds; waking from a
+    // blocked poll can take as long again. Wait awake first (common/spin.h).
+    const auto until = std::chrono::steady_clock::now() + spin;
+    for (;;) {
+      got = RecvSome(fd_.get(), buf, sizeof(buf), &received, /*dont_wait=*/true);
+      if (!got.ok() || got->eof || got->bytes > 0) {
+        arrived = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= until) break;
+      CpuRelax();
+    }
+  }
+  absl::Status readable = absl::OkStatus();
+  if (!arrived) {
+    readable = WaitReadable(fd_.get(), std::min(timeout, kReadSlice));
+    if (readable.ok()) got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
+  }
   lock.lock();
   if (readable.code() == absl::StatusCode::kDeadlineExceeded) return;
   if (!readable.ok()) {
@@ -222,8 +241,10 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
     // Nobody reads: this caller reads for everyone until its own answer is in.
     reading_ = true;
     read = true;
-    ReadSome(lock, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
-                       std::chrono::milliseconds(1));
+    ReadSome(lock,
+             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                 std::chrono::milliseconds(1),
+             spin_);
     reading_ = false;
     answered_.notify_all();
   }
@@ -267,7 +288,7 @@ bool SessionChannel::Poll(int wake_fd, std::chrono::milliseconds timeout) {
     return ended_.ok();
   }
   reading_ = true;
-  ReadSome(lock, std::chrono::milliseconds(0));
+  ReadSome(lock, std::chrono::milliseconds(0), std::chrono::microseconds(0));
   reading_ = false;
   answered_.notify_all();
   const bool orphans = !orphans_.empty();

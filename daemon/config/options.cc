@@ -161,6 +161,11 @@ const std::vector<OptionSpec> kOptions = {
        o.pool_retain = bytes;
        return absl::OkStatus();
      }},
+    {"busy-poll-us", "GPUBROKER_BUSY_POLL_US", "busy_poll_us", "MICROSECONDS", "100",
+     "After serving a frame, session.sock's thread polls for the next one this long before it "
+     "sleeps: a hand-over's second call comes within it and finds the thread awake. Costs the "
+     "daemon's CPU for that long after each burst of calls; 0: sleep at once.",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_us, v); }},
     {"max-sessions-per-uid", "GPUBROKER_MAX_SESSIONS_PER_UID", "max_sessions_per_uid", "N", "256",
      "Connections to session.sock one uid may hold (each client process holds one); 0: no cap.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_sessions_per_uid, v); }},

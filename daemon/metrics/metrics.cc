@@ -228,6 +228,20 @@ Metrics::Metrics(const NodeStatusCollector& status)
                             {"reason", why == 0 ? "uid_limit" : "descriptors"}});
     }
   }
+  auto& session_calls = prometheus::BuildHistogram()
+                            .Name("gpubroker_session_call_duration_seconds")
+                            .Help("Time session.sock's thread spends serving one frame, by call "
+                                  "(the daemon's own work, not the round trip).")
+                            .Register(*registry_);
+  static constexpr const char* kSessionCallNames[kSessionCalls] = {
+      "allocate",     "open",         "publish", "seal", "release", "lease_range",
+      "return_range", "fd_request",   "other"};
+  for (int i = 0; i < kSessionCalls; ++i) {
+    session_calls_[i] = &session_calls.Add(
+        {{"call", kSessionCallNames[i]}},
+        prometheus::Histogram::BucketBoundaries{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4,
+                                                2.5e-4, 5e-4, 1e-3, 1e-2, 0.1});
+  }
   // Every label exists from the start, so that rates and alerts see zeros.
   for (const char* r : {"ok", "quota", "out_of_memory", "limit", "invalid", "unavailable"}) {
     allocation_results_.emplace_back(r, &allocations_.Add({{"result", r}}));
@@ -287,6 +301,10 @@ prometheus::Counter& Find(std::vector<std::pair<std::string, prometheus::Counter
 void Metrics::Allocation(std::string_view result, double seconds) {
   Find(allocation_results_, result, allocations_).Increment();
   if (result == "ok") allocation_seconds_.Observe(seconds);
+}
+
+void Metrics::SessionCallServed(SessionCall call, double seconds) {
+  session_calls_[static_cast<int>(call)]->Observe(seconds);
 }
 
 void Metrics::ClientReported(const ClientCounters& d) {

@@ -51,6 +51,15 @@ class Metrics {
   void UnmapRequested(uint64_t allocations);
   void ConnectionRefused(Socket socket, TurnedAway why);
 
+  /// A frame that session.sock's thread serves, by what it asks.
+  enum class SessionCall {
+    kAllocate, kOpen, kPublish, kSeal, kRelease, kLeaseRange, kReturnRange, kFdRequest, kOther,
+  };
+  static constexpr int kSessionCalls = 9;
+  /// The thread's time on one frame, from decoded to answered (a parked
+  /// Open: until parked), whatever the answer.
+  void SessionCallServed(SessionCall call, double seconds);
+
   /// The label for an Allocate outcome.
   static std::string_view AllocationResult(const absl::Status& status);
   /// The label for an Open outcome: ok, not_found, not_sealed, timeout, cancelled, limit, invalid,
@@ -80,6 +89,7 @@ class Metrics {
   prometheus::Counter& cache_evictions_;
   prometheus::Counter& unmap_requests_;
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
+  prometheus::Histogram* session_calls_[kSessionCalls];
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;
   std::vector<std::pair<std::string, prometheus::Counter*>> open_results_;
 };

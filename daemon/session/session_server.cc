@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/refusal.h"
+#include "common/spin.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "common/version.h"
@@ -112,6 +113,8 @@ void SessionServer::Warn(const std::string& message) {
 
 void SessionServer::Loop() {
   epoll_event events[64];
+  auto last_event = std::chrono::steady_clock::time_point();
+  auto next_sweep = std::chrono::steady_clock::now() + kSweepInterval;
   while (!stopping_) {
     auto timeout = kSweepInterval;
     if (!listening_) {
@@ -119,10 +122,21 @@ void SessionServer::Loop() {
           resume_accepting_ - std::chrono::steady_clock::now());
       timeout = std::clamp(left, std::chrono::milliseconds(0), timeout);
     }
-    const int n = ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(timeout.count()));
+    // Awake for a while after serving something: the next call of a
+    // hand-over (the consumer's Open after the producer's Publish) usually
+    // comes within it, and finds this thread running instead of asleep.
+    const bool awake = options_.busy_poll.count() > 0 &&
+                       std::chrono::steady_clock::now() - last_event < options_.busy_poll;
+    const int n = ::epoll_wait(epoll_.get(), events, 64,
+                               awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
       spdlog::error("session.sock: epoll_wait: {}", std::strerror(errno));
       break;
+    }
+    if (n > 0) {
+      last_event = std::chrono::steady_clock::now();
+    } else if (awake) {
+      CpuRelax();
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
@@ -156,16 +170,22 @@ void SessionServer::Loop() {
       ev.data.fd = listener_.get();
       if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev) == 0) listening_ = true;
     }
-    // Peers that connected but never said Hello.
-    std::vector<int> silent;
-    for (const auto& [fd, c] : connections_) {
-      if (c->session == 0 && now >= c->hello_deadline) silent.push_back(fd);
+    if (now >= next_sweep) {
+      DropSilent(now);
+      next_sweep = now + kSweepInterval;
     }
-    for (int fd : silent) {
-      Warn(StrCat("session.sock: dropping ", Describe(connections_[fd]->peer),
-                  ": no Hello within the hello timeout"));
-      Remove(fd);
-    }
+  }
+}
+
+void SessionServer::DropSilent(std::chrono::steady_clock::time_point now) {
+  std::vector<int> silent;
+  for (const auto& [fd, c] : connections_) {
+    if (c->session == 0 && now >= c->hello_deadline) silent.push_back(fd);
+  }
+  for (int fd : silent) {
+    Warn(StrCat("session.sock: dropping ", Describe(connections_[fd]->peer),
+                ": no Hello within the hello timeout"));
+    Remove(fd);
   }
 }
 
@@ -336,7 +356,36 @@ void SessionServer::SendUnmapRequests() {
   }
 }
 
+namespace {
+
+Metrics::SessionCall CallOf(const v1::SessionFrame& frame) {
+  using C = Metrics::SessionCall;
+  if (frame.has_fd_request()) return C::kFdRequest;
+  if (!frame.has_call()) return C::kOther;
+  switch (frame.call().request_case()) {
+    case v1::Call::kAllocate: return C::kAllocate;
+    case v1::Call::kOpen: return C::kOpen;
+    case v1::Call::kPublish: return C::kPublish;
+    case v1::Call::kSeal: return C::kSeal;
+    case v1::Call::kRelease: return C::kRelease;
+    case v1::Call::kLeaseRange: return C::kLeaseRange;
+    case v1::Call::kReturnRange: return C::kReturnRange;
+    default: return C::kOther;
+  }
+}
+
+}  // namespace
+
 SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome outcome = Serve(c, frame);
+  metrics_.SessionCallServed(
+      CallOf(frame),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return outcome;
+}
+
+SessionServer::Outcome SessionServer::Serve(Connection& c, const v1::SessionFrame& frame) {
   switch (frame.body_case()) {
     case v1::SessionFrame::kUnmapped:
       if (c.session == 0) break;

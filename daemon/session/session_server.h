@@ -51,6 +51,9 @@ class SessionServer {
   struct Options {
     std::chrono::milliseconds hello_timeout{5000};
     uint32_t max_sessions_per_uid = 0;  // 0: no cap
+    /// How long the loop polls for more after it served something, before
+    /// it sleeps in epoll_wait (common/spin.h); 0: it sleeps at once.
+    std::chrono::microseconds busy_poll{0};
   };
 
   SessionServer(BrokerCalls& calls, DescriptorBudget& descriptors, ReserveDescriptor& reserve,
@@ -96,13 +99,16 @@ class SessionServer {
   };
 
   void Loop();
+  /// Drops the peers that connected but never said Hello.
+  void DropSilent(std::chrono::steady_clock::time_point now);
   void AcceptAll();
   void Admit(UniqueFd fd);
   void OutOfDescriptors();
   void HandleEvents(Connection& c, uint32_t events, bool* drop);
   Outcome OnReadable(Connection& c);
   Outcome ProcessFrames(Connection& c);
-  Outcome OnFrame(Connection& c, const v1::SessionFrame& frame);
+  Outcome OnFrame(Connection& c, const v1::SessionFrame& frame);  // timed: Serve
+  Outcome Serve(Connection& c, const v1::SessionFrame& frame);
   Outcome OnHello(Connection& c, const v1::Hello& hello);
   Outcome OnFdRequest(Connection& c, const v1::FdRequest& request);
   Outcome OnCall(Connection& c, const v1::Call& call);

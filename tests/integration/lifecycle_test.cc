@@ -165,6 +165,9 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
                              "gpubroker_allocations_total{result=\"invalid\"} 0",
                              "gpubroker_allocation_duration_seconds_bucket",
                              "gpubroker_opens_total{result=\"ok\"} 1",
+                             "gpubroker_session_call_duration_seconds_count{call=\"publish\"} 1",
+                             "gpubroker_session_call_duration_seconds_count{call=\"open\"} 1",
+                             "gpubroker_session_call_duration_seconds_count{call=\"seal\"} 0",
                              "gpubroker_reclaimed_bytes_total{cause=\"died\"}",
                              "gpubroker_sessions_ended_total{end=\"closed\"}",
                              "gpubroker_sessions_ended_total{end=\"died\"}",
@@ -177,6 +180,46 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
   }
   EXPECT_EQ(body.find("pid="), std::string::npos);
   EXPECT_EQ(daemon.Metric("gpubroker_sessions"), 1);
+}
+
+// Waiting awake is bounded (common/spin.h): the daemon's loop polls for a
+// moment after serving frames, then sleeps; an idle daemon uses no CPU.
+TEST(Lifecycle, AnIdleDaemonSleepsAfterItsBusyPoll) {
+  Daemon daemon({"--busy-poll-us", "5000"});
+  ASSERT_TRUE(daemon.ok());
+  Helper h(daemon.socket_dir());
+  for (int i = 0; i < 20; ++i) {
+    h.Ok("alloc a 8192 name=idle" + std::to_string(i));
+    h.Ok("seal a");
+    h.Ok("release a");
+  }
+  std::this_thread::sleep_for(100ms);
+  const double before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_for(1s);
+  const double used = CpuSeconds(daemon.pid()) - before;
+  ASSERT_GE(before, 0);
+  EXPECT_LT(used, 0.25) << "the daemon kept polling with nobody calling";
+}
+
+// Neither side waiting awake changes what is answered, only how soon.
+TEST(Lifecycle, CallsAreAnsweredWithoutWaitingAwake) {
+  Daemon daemon({"--busy-poll-us", "0"});
+  ASSERT_TRUE(daemon.ok());
+  Helper a({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper", "--socket-dir",
+            daemon.socket_dir()});
+  Helper b({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper", "--socket-dir",
+            daemon.socket_dir()});
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int i = 0; i < 20; ++i) {
+    const std::string name = "asleep" + std::to_string(i);
+    a.Ok("alloc x 4096 name=" + name);
+    a.Ok("seal x");
+    b.Ok("open y " + name);
+    b.Ok("release y");
+    a.Ok("release x");
+  }
+  EXPECT_EQ(daemon.Metric("gpubroker_session_call_duration_seconds_count{call=\"publish\"}"), 20);
+  EXPECT_EQ(daemon.Metric("gpubroker_session_call_duration_seconds_count{call=\"open\"}"), 20);
 }
 
 }  // namespace

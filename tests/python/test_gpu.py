@@ -248,6 +248,7 @@ def test_framework_tensor_keeps_gpu_memory_after_release(gpu_daemon):
 
     with gpubroker.connect(gpu_daemon.dir) as c:
         buf = c.allocate(shape=(MIB,), dtype="float32", name="gpu.keep")
+        assert buf.id != 0  # published: the daemon's list shows who holds it
         t = buf.as_torch()
         buf.release()
         assert [b.name for b in c.list()] == ["gpu.keep"]

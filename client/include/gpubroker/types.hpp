@@ -172,6 +172,12 @@ struct ConnectOptions {
   /// environment variable GPUBROKER_MAPPING_CACHE_BYTES=0 (which sets the
   /// bound otherwise).
   uint64_t mapping_cache_bytes = uint64_t{256} << 30;
+  /// How long a call waits awake for the daemon's answer (polling its
+  /// socket) before it blocks: most answers come within it, and a blocked
+  /// thread's wake-up would cost as much again. It costs the caller's CPU
+  /// for at most this long per call. 0 blocks at once; the environment
+  /// variable GPUBROKER_SPIN_US (microseconds) sets it too.
+  std::chrono::microseconds spin{100};
 };
 
 /// @brief What this client did, by path: no slow path is silent. Totals

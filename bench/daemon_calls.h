@@ -1,0 +1,36 @@
+#pragma once
+
+#include <deque>
+#include <map>
+#include <string>
+
+#include "bench/stats.h"
+
+namespace gpubroker::bench {
+
+/// The daemon's own time per session.sock call, read off its metrics
+/// endpoint (gpubroker_session_call_duration_seconds): what of a call's
+/// round trip is the daemon's work, and what is the wire and the wake-ups.
+class DaemonCalls {
+ public:
+  /// `metrics_address`: host:port of the daemon's /metrics; empty: nothing is read.
+  explicit DaemonCalls(std::string metrics_address);
+
+  /// Remembers the sums and counts as of now.
+  void Mark();
+  /// A row per call made since Mark(), "<prefix><call>", whose one sample is
+  /// the mean time per call in µs (the histogram gives sums, not samples).
+  void AddRows(std::deque<Samples>& results, const std::string& prefix) const;
+
+ private:
+  struct Total {
+    double seconds = 0;
+    double count = 0;
+  };
+  std::map<std::string, Total> Read() const;
+
+  std::string address_;
+  std::map<std::string, Total> marked_;
+};
+
+}  // namespace gpubroker::bench
