@@ -4,6 +4,7 @@
 #include "bench/options.h"
 
 #ifdef GPUBROKER_HAVE_CUDA
+#include <cstdio>
 #include <optional>
 
 #include "bench/cuda_common.h"
@@ -136,9 +137,22 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         break;
       case kPing:
         break;
-      case kQuit:
+      case kEvict:
+        client.evict_mappings();
+        break;
+      case kQuit: {
         Release(state);
+        const ClientStats p = client.stats();
+        std::fprintf(stderr,
+                     "gpubroker-bench: B's maps: mapped %llu, cached %llu, imported %llu; "
+                     "B's mapping cache: %llu hits, %llu misses\n",
+                     static_cast<unsigned long long>(p.maps_mapped),
+                     static_cast<unsigned long long>(p.maps_cached),
+                     static_cast<unsigned long long>(p.maps_imported),
+                     static_cast<unsigned long long>(p.mapping_cache_hits),
+                     static_cast<unsigned long long>(p.mapping_cache_misses));
         return 0;
+      }
       default:
         return 1;
     }

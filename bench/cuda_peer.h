@@ -18,6 +18,7 @@ enum PeerOp : uint32_t {
   kPing = 8,        // answered at once: the bare round trip between A and B
   kFloorSetup = 9,  // fd, a: size of a VMM allocation that B maps once
   kFloor = 10,      // a: fence value, b: fence offset; B waits on it, writes, syncs
+  kEvict = 11,      // B unmaps what its mapping cache keeps (the next open imports)
 };
 
 }  // namespace gpubroker::bench

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 STYLE = {
     "gpubroker": ("tab:blue", "o", "-"),
     "gpubroker (Python)": ("tab:cyan", "o", "--"),
+    "gpubroker cold": ("tab:purple", "D", "none"),
     "torch.mp": ("tab:red", "s", "-"),
     "copy": ("tab:gray", "^", "-"),
     "bare VMM": ("tab:green", "v", ":"),

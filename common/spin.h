@@ -6,18 +6,17 @@
 // costs more than the answer takes to come; the price of staying awake is
 // the CPU time of the wait, bounded by the spin.
 
+#include <sched.h>
+
 #include <chrono>
 
 namespace gpubroker {
 
-/// Tells the CPU that this is a spin-wait (frees the core's other thread).
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+/// One turn of a spin-wait: gives the CPU to any other thread that is
+/// ready to run on it (on a machine with more runnable threads than CPUs,
+/// the one that would answer, say), and otherwise returns at once, keeping
+/// the CPU awake.
+inline void SpinPause() { sched_yield(); }
 
 /// A spin of `given` unless the environment variable `env` says how many
 /// microseconds (0: none); a value that is not a number is ignored.

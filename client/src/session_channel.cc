@@ -149,7 +149,7 @@ void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock,
         break;
       }
       if (std::chrono::steady_clock::now() >= until) break;
-      CpuRelax();
+      SpinPause();
     }
   }
   absl::Status readable = absl::OkStatus();

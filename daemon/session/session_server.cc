@@ -136,7 +136,7 @@ void SessionServer::Loop() {
     if (n > 0) {
       last_event = std::chrono::steady_clock::now();
     } else if (awake) {
-      CpuRelax();
+      SpinPause();
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
