@@ -30,9 +30,9 @@
 
 #include "bench/baselines.h"
 #include "bench/cuda_common.h"
-#include "bench/daemon_calls.h"
 #include "bench/cuda_fence.h"
 #include "bench/cuda_peer.h"
+#include "bench/daemon_calls.h"
 #include "bench/daemon_process.h"
 #include "bench/report.h"
 #include "bench/throughput.h"
@@ -178,6 +178,7 @@ int RunCuda(const Options& o) {
   watchdog.Guard(echo_server.pid);
   if (own) watchdog.Guard(own->pid());
   const bool all = o.cases == "all";
+  const bool alone = o.cases == "shares";  // the broker's hand-overs, nothing between them
 
   // A bare exportable pool of our own, imported by B once.
   cudaMemPoolProps props{};
@@ -355,7 +356,7 @@ int RunCuda(const Options& o) {
   std::mt19937 rng(7);
   std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7};
   const int n64 = o.iterations;
-  for (int i = 0; i < o.warmup + n64; ++i) {
+  for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
     Samples scratch[8];
@@ -455,7 +456,7 @@ int RunCuda(const Options& o) {
     // serves a kept allocation; making one (cuMemCreate, 0.1 s at 40 GiB) is
     // left out here as in the bare case.
     HandOverRows cold;
-    if (size >= kVmmThreshold) {
+    if (size >= kVmmThreshold && !alone) {
       cold.total = &results.emplace_back(Plotted(
           StrCat("hand-over ", s, ", cold: neither side has it mapped"), "gpubroker cold", size));
       cold.open = &add(StrCat("  of which B's Open+import+map (", s, ", cold)"));
@@ -483,6 +484,7 @@ int RunCuda(const Options& o) {
         (void)Ask(peer.fd(), evict);
         broker_share(size, cold, keep);
       }
+      if (alone) continue;
       watchdog.Step(StrCat(s, " iteration ", i, ": floor"));
       const double f = floor_share();
       if (keep) r.floor->us.push_back(f);

@@ -328,8 +328,8 @@ int main(int argc, char** argv) {
         o.throughput_ms = std::stoi(value());
       } else if (a == "--cases") {
         o.cases = value();
-        if (o.cases != "all" && o.cases != "handover")
-          throw std::invalid_argument("--cases is all or handover");
+        if (o.cases != "all" && o.cases != "handover" && o.cases != "shares")
+          throw std::invalid_argument("--cases is all, handover or shares");
       } else if (a == "--fence-iterations") {
         o.fence_iterations = std::stoi(value());
       } else if (a == "--json-out") {
@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
             "FILE]\n"
             "                [--torch-script FILE] [--sizes LIST] [--small-size BYTES]\n"
             "                [--processes LIST] [--throughput-ms MS] [--fence-iterations N]\n"
-            "                [--cases all|handover] [--quick]\n"
+            "                [--cases all|handover|shares] [--quick]\n"
             "  --quick: every case with fewer samples (--iterations 100 --warmup 10\n"
             "           --fence-iterations 100 --throughput-ms 300)\n"
             "  --sizes: hand-over sizes (default 4KiB,64MiB,1GiB,40GiB)\n"

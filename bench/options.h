@@ -20,7 +20,9 @@ struct Options {
   int throughput_ms = 1000;
   int fence_iterations = 200;
   // "all", or "handover": the hand-over cases only (a second pass on
-  // another --small-buffers path).
+  // another --small-buffers path), or "shares" (CUDA): the broker's
+  // hand-over at each size alone, with no heavier case between its
+  // iterations (at 40 GiB the bare and cold cases map and unmap 40 GiB).
   std::string cases = "all";
   bool json = false;
   std::string json_out;                 // also write the JSON document here

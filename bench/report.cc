@@ -16,6 +16,7 @@ void Report(const std::string& title, const std::vector<Samples>& results, bool 
   facts["host"] = {{"kernel", u.release}, {"cpus", std::thread::hardware_concurrency()}};
   facts["title"] = title;
   for (const auto& s : results) {
+    if (s.us.empty() && s.per_second == 0) continue;  // a case this run did not take
     nlohmann::json r = {
         {"name", s.name}, {"p50_us", s.p50()}, {"p99_us", s.p99()}, {"n", s.us.size()}};
     if (s.baseline_us > 0) {
@@ -48,6 +49,7 @@ void Report(const std::string& title, const std::vector<Samples>& results, bool 
   std::printf("%-72s %10s %10s %11s   %-40s %8s\n", "case", "p50 us", "p99 us", "per second",
               "baseline", "ratio");
   for (const auto& s : results) {
+    if (s.us.empty() && s.per_second == 0) continue;
     std::string base = "-";
     std::string ratio = "-";
     std::string rate = "-";

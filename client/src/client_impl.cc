@@ -117,9 +117,9 @@ ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
       pid_(::getpid()),
       cache_(CacheOptions(options_)),
       reader_wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  session_channel_ = std::make_unique<SessionChannel>(StrCat(socket_dir_, "/", kSessionSocketName),
-                                                      options_.client_name, kHelloTimeout,
-                                                      SpinFromEnv("GPUBROKER_SPIN_US", options_.spin));
+  session_channel_ = std::make_unique<SessionChannel>(
+      StrCat(socket_dir_, "/", kSessionSocketName), options_.client_name, kHelloTimeout,
+      SpinFromEnv("GPUBROKER_SPIN_US", options_.spin));
   const v1::Welcome& w = session_channel_->welcome();
   Token token{};
   std::memcpy(token.data(), w.token().data(), token.size());

@@ -131,8 +131,8 @@ void SessionChannel::Dispatch(v1::SessionFrame frame) {
   it->second->done = true;
 }
 
-void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock,
-                              std::chrono::milliseconds timeout, std::chrono::microseconds spin) {
+void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
+                              std::chrono::microseconds spin) {
   lock.unlock();
   char buf[16 * 1024];
   std::vector<UniqueFd> received;

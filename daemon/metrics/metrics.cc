@@ -230,12 +230,13 @@ Metrics::Metrics(const NodeStatusCollector& status)
   }
   auto& session_calls = prometheus::BuildHistogram()
                             .Name("gpubroker_session_call_duration_seconds")
-                            .Help("Time session.sock's thread spends serving one frame, by call "
-                                  "(the daemon's own work, not the round trip).")
+                            .Help(
+                                "Time session.sock's thread spends serving one frame, by call "
+                                "(the daemon's own work, not the round trip).")
                             .Register(*registry_);
   static constexpr const char* kSessionCallNames[kSessionCalls] = {
-      "allocate",     "open",         "publish", "seal", "release", "lease_range",
-      "return_range", "fd_request",   "other"};
+      "allocate",    "open",         "publish",    "seal", "release",
+      "lease_range", "return_range", "fd_request", "other"};
   for (int i = 0; i < kSessionCalls; ++i) {
     session_calls_[i] = &session_calls.Add(
         {{"call", kSessionCallNames[i]}},

@@ -53,7 +53,15 @@ class Metrics {
 
   /// A frame that session.sock's thread serves, by what it asks.
   enum class SessionCall {
-    kAllocate, kOpen, kPublish, kSeal, kRelease, kLeaseRange, kReturnRange, kFdRequest, kOther,
+    kAllocate,
+    kOpen,
+    kPublish,
+    kSeal,
+    kRelease,
+    kLeaseRange,
+    kReturnRange,
+    kFdRequest,
+    kOther,
   };
   static constexpr int kSessionCalls = 9;
   /// The thread's time on one frame, from decoded to answered (a parked

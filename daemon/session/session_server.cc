@@ -127,8 +127,8 @@ void SessionServer::Loop() {
     // comes within it, and finds this thread running instead of asleep.
     const bool awake = options_.busy_poll.count() > 0 &&
                        std::chrono::steady_clock::now() - last_event < options_.busy_poll;
-    const int n = ::epoll_wait(epoll_.get(), events, 64,
-                               awake ? 0 : static_cast<int>(timeout.count()));
+    const int n =
+        ::epoll_wait(epoll_.get(), events, 64, awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
       spdlog::error("session.sock: epoll_wait: {}", std::strerror(errno));
       break;
@@ -363,14 +363,22 @@ Metrics::SessionCall CallOf(const v1::SessionFrame& frame) {
   if (frame.has_fd_request()) return C::kFdRequest;
   if (!frame.has_call()) return C::kOther;
   switch (frame.call().request_case()) {
-    case v1::Call::kAllocate: return C::kAllocate;
-    case v1::Call::kOpen: return C::kOpen;
-    case v1::Call::kPublish: return C::kPublish;
-    case v1::Call::kSeal: return C::kSeal;
-    case v1::Call::kRelease: return C::kRelease;
-    case v1::Call::kLeaseRange: return C::kLeaseRange;
-    case v1::Call::kReturnRange: return C::kReturnRange;
-    default: return C::kOther;
+    case v1::Call::kAllocate:
+      return C::kAllocate;
+    case v1::Call::kOpen:
+      return C::kOpen;
+    case v1::Call::kPublish:
+      return C::kPublish;
+    case v1::Call::kSeal:
+      return C::kSeal;
+    case v1::Call::kRelease:
+      return C::kRelease;
+    case v1::Call::kLeaseRange:
+      return C::kLeaseRange;
+    case v1::Call::kReturnRange:
+      return C::kReturnRange;
+    default:
+      return C::kOther;
   }
 }
 

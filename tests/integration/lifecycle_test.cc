@@ -205,10 +205,10 @@ TEST(Lifecycle, AnIdleDaemonSleepsAfterItsBusyPoll) {
 TEST(Lifecycle, CallsAreAnsweredWithoutWaitingAwake) {
   Daemon daemon({"--busy-poll-us", "0"});
   ASSERT_TRUE(daemon.ok());
-  Helper a({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper", "--socket-dir",
-            daemon.socket_dir()});
-  Helper b({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper", "--socket-dir",
-            daemon.socket_dir()});
+  Helper a({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper",
+            "--socket-dir", daemon.socket_dir()});
+  Helper b({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper",
+            "--socket-dir", daemon.socket_dir()});
   ASSERT_TRUE(a.ok() && b.ok());
   for (int i = 0; i < 20; ++i) {
     const std::string name = "asleep" + std::to_string(i);
