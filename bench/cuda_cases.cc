@@ -602,7 +602,7 @@ int RunCuda(const Options& o) {
   std::map<uint64_t, Samples*> torch_rows;
   std::map<uint64_t, Samples*> python_rows;
   std::string torch_version;
-  if (all) {
+  if (all || alone) {
     const size_t section = results.size();
     watchdog.Step("torch.multiprocessing baseline");
     std::fprintf(stderr, "gpubroker-bench: torch baselines next\n");
@@ -633,14 +633,19 @@ int RunCuda(const Options& o) {
         }
       }
     }
-    watchdog.Step("torch caching allocator baseline");
-    std::string procs;
-    for (int p : o.processes) procs += StrCat(procs.empty() ? "" : ",", p);
-    auto alloc = RunPython(
-        FindScript("torch_alloc_baseline.py"),
-        StrCat("--size ", o.small_size, " --iterations ", o.iterations * 10, " --processes ", procs,
-               " --milliseconds ", o.throughput_ms, LibraryArgs(dir)),
-        300);
+    // torch's caching allocator, the baseline of the allocation cases (not
+    // run alone).
+    decltype(mp) alloc;
+    if (all) {
+      watchdog.Step("torch caching allocator baseline");
+      std::string procs;
+      for (int p : o.processes) procs += StrCat(procs.empty() ? "" : ",", p);
+      alloc = RunPython(
+          FindScript("torch_alloc_baseline.py"),
+          StrCat("--size ", o.small_size, " --iterations ", o.iterations * 10, " --processes ",
+                 procs, " --milliseconds ", o.throughput_ms, LibraryArgs(dir)),
+          300);
+    }
     if (alloc) {
       Samples& t =
           add(StrCat("  torch caching allocator (Python): empty+del, ", FormatBytes(o.small_size)));
