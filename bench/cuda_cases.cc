@@ -456,6 +456,7 @@ int RunCuda(const Options& o) {
     // serves a kept allocation; making one (cuMemCreate, 0.1 s at 40 GiB) is
     // left out here as in the bare case.
     HandOverRows cold;
+    HandOverRows cold_b;
     if (size >= kVmmThreshold && !alone) {
       cold.total = &results.emplace_back(Plotted(
           StrCat("hand-over ", s, ", cold: neither side has it mapped"), "gpubroker cold", size));
@@ -463,6 +464,13 @@ int RunCuda(const Options& o) {
       cold.allocate = &add(StrCat("  of which A's Allocate and its own map (", s, ", cold)"));
       cold.seal = &add(StrCat("  of which A's seal (", s, ", cold)"));
       cold.write = &add(StrCat("  of which B's write+sync (", s, ", cold)"));
+      // The consumer's first sight of memory the producer keeps mapped (a
+      // new reader of a recycled buffer): B alone imports.
+      cold_b.total = &add(StrCat("hand-over ", s, ", cold for B only: B imports and maps"));
+      cold_b.open = &add(StrCat("  of which B's Open+import+map (", s, ", cold for B)"));
+      cold_b.allocate = &add(StrCat("  of which A's Allocate (", s, ", cold for B)"));
+      cold_b.seal = &add(StrCat("  of which A's seal (", s, ", cold for B)"));
+      cold_b.write = &add(StrCat("  of which B's write+sync (", s, ", cold for B)"));
     }
     Samples& vmm_map = add(StrCat("    of which B's import+map (bare, ", s, ")"));
     Samples& vmm_create = add(StrCat("    and before it, cuMemCreate in A (", s, ", untimed)"));
@@ -483,6 +491,9 @@ int RunCuda(const Options& o) {
         evict.op = kEvict;
         (void)Ask(peer.fd(), evict);
         broker_share(size, cold, keep);
+        watchdog.Step(StrCat(s, " iteration ", i, ": broker share, cold for B"));
+        (void)Ask(peer.fd(), evict);
+        broker_share(size, cold_b, keep);
       }
       if (alone) continue;
       watchdog.Step(StrCat(s, " iteration ", i, ": floor"));
