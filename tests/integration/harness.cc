@@ -478,26 +478,4 @@ bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
   return pred();
 }
 
-std::string HttpGet(const std::string& address, const std::string& path) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
-  if (::write(fd.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "";
-  std::string response;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n <= 0) break;
-    response.append(buf, static_cast<size_t>(n));
-  }
-  auto body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
-
 }  // namespace gpubroker::testing

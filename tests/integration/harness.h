@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/http_get.h"
 #include "common/unique_fd.h"
 #include "common/wire/frame.h"
 #include "gpubroker/v1/session.pb.h"
@@ -186,9 +187,6 @@ std::vector<std::string> InPodNamespaces(const std::string& socket_dir);
 /// Polls `pred` until it holds or the timeout passes.
 bool Eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
-
-/// An HTTP GET on host:port; the body, or "" on failure.
-std::string HttpGet(const std::string& address, const std::string& path);
 
 bool IsRoot();
 
