@@ -236,6 +236,13 @@ void gpubroker_open_options_init(gpubroker_open_options_t* o) {
   o->timeout_ms = 30000;
 }
 
+void gpubroker_connect_options_init(gpubroker_connect_options_t* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->spin_us = -1;
+}
+
 const char* gpubroker_last_error(void) { return last_error.c_str(); }
 
 gpubroker_reason_t gpubroker_last_error_reason(void) { return last_reason; }
@@ -247,10 +254,26 @@ const char* gpubroker_status_name(gpubroker_status_t status) {
 const char* gpubroker_version(void) { return gpubroker::ClientVersion(); }
 
 gpubroker_status_t gpubroker_connect(const char* socket_dir, gpubroker_client_t** out) {
+  return gpubroker_connect_with(socket_dir, nullptr, out);
+}
+
+gpubroker_status_t gpubroker_connect_with(const char* socket_dir,
+                                          const gpubroker_connect_options_t* o,
+                                          gpubroker_client_t** out) {
   GPUBROKER_CHECK_ARG(out != nullptr);
+  if (o != nullptr && o->struct_size < sizeof(gpubroker_connect_options_t)) {
+    return Fail(GPUBROKER_INVALID_ARGUMENT,
+                "gpubroker_connect_options_t.struct_size is wrong: use "
+                "gpubroker_connect_options_init");
+  }
+  gpubroker::ConnectOptions options{"c"};
+  if (o != nullptr) {
+    if (o->client_name != nullptr && o->client_name[0] != '\0')
+      options.client_name = o->client_name;
+    if (o->spin_us >= 0) options.spin = std::chrono::microseconds(o->spin_us);
+  }
   return Guard([&] {
-    auto client = gpubroker::Client::connect(socket_dir != nullptr ? socket_dir : "",
-                                             gpubroker::ConnectOptions{"c"});
+    auto client = gpubroker::Client::connect(socket_dir != nullptr ? socket_dir : "", options);
     *out = new gpubroker_client{std::move(client)};
   });
 }

@@ -537,6 +537,35 @@ TEST(CAbi, ExportsBeforeTheSealDoNotPublishAClientMadeBuffer) {
   EXPECT_TRUE(client.List().empty());
 }
 
+TEST(CAbi, ConnectWithNamesTheClientAndTakesItsSpin) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  gpubroker_connect_options_t o;
+  gpubroker_connect_options_init(&o);
+  EXPECT_EQ(o.struct_size, sizeof(o));
+  EXPECT_EQ(o.spin_us, -1);  // the default
+  o.client_name = "c-tool";
+  o.spin_us = 0;  // every call blocks at once
+  gpubroker_client_t* c = nullptr;
+  ASSERT_EQ(gpubroker_connect_with(daemon.socket_dir().c_str(), &o, &c), GPUBROKER_OK)
+      << gpubroker_last_error();
+  gpubroker_buffer_t* b = nullptr;
+  ASSERT_EQ(gpubroker_allocate(c, 4096, nullptr, &b), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_seal_on(b, nullptr), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_NE(gpubroker_buffer_id(b), 0u);
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  gpubroker_disconnect(c);
+  EXPECT_NE(daemon.log().find("client 'c-tool'"), std::string::npos) << daemon.log();
+
+  o.struct_size = 4;  // a caller that did not initialize the options
+  c = nullptr;
+  EXPECT_EQ(gpubroker_connect_with(daemon.socket_dir().c_str(), &o, &c),
+            GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpubroker_last_error()).find("gpubroker_connect_options_init"),
+            std::string::npos);
+  EXPECT_EQ(c, nullptr);
+}
+
 TEST(CAbi, ForkedChildCannotUseTheParentsHandlesAndLeavesTheSessionAlone) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());

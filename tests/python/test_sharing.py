@@ -201,3 +201,18 @@ def test_command_line_ls_status_cat(daemon, client):
     missing = subprocess.run([sys.executable, "-m", "gpubroker", "--socket-dir", daemon.dir, "cat",
                               "py.none"], capture_output=True, text=True)  # fmt: skip
     assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+
+
+def test_connect_names_the_client_and_takes_its_spin(daemon):
+    with gpubroker.connect(daemon.dir, client_name="ingest-7", spin_us=0) as c:
+        b = c.allocate(64, name="spin.zero")
+        b.seal()
+        assert c.open("spin.zero").nbytes == 64  # answered with no wait awake
+    with gpubroker.connect(daemon.dir):
+        pass
+    log = daemon.log()
+    assert "client 'ingest-7'" in log
+    assert "client 'python" in log, "the default name says it is Python"
+    for bad in (-1, 1.5, True):
+        with pytest.raises(gpubroker.InvalidArgument):
+            gpubroker.connect(daemon.dir, spin_us=bad)

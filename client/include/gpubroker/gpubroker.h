@@ -128,8 +128,19 @@ typedef struct gpubroker_open_options {
   int allow_unsealed; /**< nonzero: open a buffer still being written */
 } gpubroker_open_options_t;
 
+/** @brief Options of gpubroker_connect_with. Initialize with gpubroker_connect_options_init. */
+typedef struct gpubroker_connect_options {
+  uint32_t struct_size;
+  const char* client_name; /**< shown in the daemon's log; NULL or "": "c" */
+  /** How long a call waits awake for the daemon's answer before it blocks,
+   *  in µs (0: block at once); < 0: the default (100). $GPUBROKER_SPIN_US,
+   *  where set, wins. */
+  int64_t spin_us;
+} gpubroker_connect_options_t;
+
 GPUBROKER_C_API void gpubroker_alloc_options_init(gpubroker_alloc_options_t* options);
 GPUBROKER_C_API void gpubroker_open_options_init(gpubroker_open_options_t* options);
+GPUBROKER_C_API void gpubroker_connect_options_init(gpubroker_connect_options_t* options);
 
 /** @brief Message of the last failure on this thread ("" when none). */
 GPUBROKER_C_API const char* gpubroker_last_error(void);
@@ -151,6 +162,9 @@ GPUBROKER_C_API const char* gpubroker_version(void);
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_connect(const char* socket_dir,
                                                      gpubroker_client_t** out);
+/** @brief gpubroker_connect with options (NULL: the defaults). */
+GPUBROKER_C_API gpubroker_status_t gpubroker_connect_with(
+    const char* socket_dir, const gpubroker_connect_options_t* options, gpubroker_client_t** out);
 /** @brief Drops this handle; the session ends once its buffers are gone too. */
 GPUBROKER_C_API void gpubroker_disconnect(gpubroker_client_t* client);
 /**

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import threading
 from ctypes import byref, c_char_p, c_int64, c_void_p
 from dataclasses import dataclass, field
@@ -222,11 +224,25 @@ class Client:
     ForkError in the child, which connects anew.
     """
 
-    def __init__(self, socket_dir: Optional[str] = None):
+    def __init__(self, socket_dir: Optional[str] = None, *, client_name: Optional[str] = None,
+                 spin_us: Optional[int] = None):  # fmt: skip
         self._lib = _lib.load()
         out = c_void_p()
         arg = socket_dir.encode() if socket_dir else None
-        check(self._lib, self._lib.connect(arg, byref(out)))
+        if spin_us is not None and (type(spin_us) is not int or spin_us < 0):
+            raise InvalidArgument(f"spin_us must be a whole number of µs >= 0, not {spin_us!r}")
+        if client_name is None:
+            script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+            client_name = f"python {script}" if script else "python"
+        if hasattr(self._lib, "connect_with"):
+            o = _lib.ConnectOptions()
+            self._lib.connect_options_init(byref(o))
+            o.client_name = client_name.encode()[:64]
+            if spin_us is not None:
+                o.spin_us = spin_us
+            check(self._lib, self._lib.connect_with(arg, byref(o), byref(out)))
+        else:
+            check(self._lib, self._lib.connect(arg, byref(out)))
         self._h: Optional[int] = out.value
         self._generation = _fork.generation
         self._mu = threading.Lock()
@@ -442,14 +458,19 @@ class Client:
         return json.loads(self._lib.take_string(out))
 
 
-def connect(socket_dir: Optional[str] = None) -> Client:
+def connect(socket_dir: Optional[str] = None, *, client_name: Optional[str] = None,
+            spin_us: Optional[int] = None) -> Client:  # fmt: skip
     """Connects to gpubrokerd.
 
     `socket_dir`: where its sockets are; None: ``$GPUBROKER_SOCKET_DIR``, else
     the daemon's default (/run/gpubroker as root, $XDG_RUNTIME_DIR/gpubroker
-    otherwise). Raises Unavailable when no daemon answers there.
+    otherwise). `client_name`: how the daemon's log names this client (None:
+    "python" and the script's name). `spin_us`: how long a call waits awake
+    for the daemon's answer before it blocks (None: 100 µs; 0: block at once;
+    ``$GPUBROKER_SPIN_US``, where set, wins). Raises Unavailable when no
+    daemon answers there.
     """
-    return Client(socket_dir)
+    return Client(socket_dir, client_name=client_name, spin_us=spin_us)
 
 
 __all__ = ["BufferInfo", "Client", "DeviceStatus", "Status", "TenantStatus", "connect"]

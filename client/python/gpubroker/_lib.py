@@ -68,6 +68,16 @@ class OpenOptions(Structure):
     ]
 
 
+class ConnectOptions(Structure):
+    """gpubroker_connect_options_t."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("client_name", c_char_p),
+        ("spin_us", c_int64),
+    ]
+
+
 class BufferFacts(Structure):
     """gpubroker_buffer_facts_t: what a handle knows, filled in one call."""
 
@@ -151,6 +161,9 @@ class Library:
 
         # Blocking calls (the GIL is released).
         proto(c, "gpubroker_connect", c_int, c_char_p, pp)
+        if hasattr(c, "gpubroker_connect_with"):  # a library older than it has connect only
+            proto(c, "gpubroker_connect_with", c_int, c_char_p, POINTER(ConnectOptions), pp)
+            proto(py, "gpubroker_connect_options_init", None, POINTER(ConnectOptions))
         proto(c, "gpubroker_disconnect", None, c_void_p)
         proto(c, "gpubroker_allocate", c_int, c_void_p, c_uint64, POINTER(AllocOptions), pp)
         proto(c, "gpubroker_allocate_named", c_int, c_void_p, c_uint64, c_char_p,
