@@ -63,7 +63,7 @@ class Metrics {
     kFdRequest,
     kOther,
   };
-  static constexpr int kSessionCalls = 9;
+  static constexpr int kSessionCalls = static_cast<int>(SessionCall::kOther) + 1;
   /// The thread's time on one frame, from decoded to answered (a parked
   /// Open: until parked), whatever the answer.
   void SessionCallServed(SessionCall call, double seconds);
