@@ -210,13 +210,7 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
 TEST_P(GpuPath, TenantsGetNoPoolButTheirOwnAndSharesAreVmm) {
   SKIP_WITHOUT_GPU();
   if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
-  Daemon daemon(Args(), R"(
-tenants:
-  - name: blue
-    uids: [60001]
-  - name: green
-    uids: [60002]
-)");
+  Daemon daemon(Args(), kBlueAndGreenTenants);
   ASSERT_TRUE(daemon.ok());
   Helper owner(daemon.socket_dir());
   Helper blue(daemon.socket_dir(), 60001);
@@ -345,13 +339,7 @@ TEST_P(GpuPath, MemoryLentToAnotherTenantCarriesNoneOfItsBytes) {
   if (const std::string record = DriverRecyclingRecord(); !record.empty()) {
     std::printf("[   info   ] driver: %s\n", record.c_str());
   }
-  Daemon daemon(Args({"--pool-bytes", "2GiB", "--vmm-threshold", "256MiB"}), R"(
-tenants:
-  - name: blue
-    uids: [60001]
-  - name: green
-    uids: [60002]
-)");
+  Daemon daemon(Args({"--pool-bytes", "2GiB", "--vmm-threshold", "256MiB"}), kBlueAndGreenTenants);
   ASSERT_TRUE(daemon.ok());
   Helper blue(daemon.socket_dir(), 60001);
   Helper green(daemon.socket_dir(), 60002);

@@ -122,13 +122,7 @@ TEST(Broker, QuotaExceededNamesTenantRequestAndWhatIsLeft) {
 
 TEST(Broker, CrossTenantShareIsVisibleOnlyToTheNamedTenant) {
   if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
-  Daemon daemon({}, R"(
-tenants:
-  - name: blue
-    uids: [60001]
-  - name: green
-    uids: [60002]
-)");
+  Daemon daemon({}, kBlueAndGreenTenants);
   ASSERT_TRUE(daemon.ok());
   Helper owner(daemon.socket_dir());  // root: tenant uid-0
   Helper blue(daemon.socket_dir(), 60001);

@@ -67,6 +67,16 @@ class Process {
   int status_ = 0;
 };
 
+/// A --config with two tenants besides the uid tenants: blue (uid 60001)
+/// and green (uid 60002), for tests that run helpers as those users.
+inline constexpr char kBlueAndGreenTenants[] = R"(
+tenants:
+  - name: blue
+    uids: [60001]
+  - name: green
+    uids: [60002]
+)";
+
 /// The real gpubrokerd, on its own socket directory and an ephemeral metrics port.
 class Daemon {
  public:
