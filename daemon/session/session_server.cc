@@ -114,30 +114,27 @@ void SessionServer::Warn(const std::string& message) {
 void SessionServer::Loop() {
   epoll_event events[64];
   auto last_event = std::chrono::steady_clock::time_point();
-  auto next_sweep = std::chrono::steady_clock::now() + kSweepInterval;
+  // The end of the last turn: what each turn decides from (one clock read a turn).
+  auto now = std::chrono::steady_clock::now();
+  auto next_sweep = now + kSweepInterval;
   while (!stopping_) {
     auto timeout = kSweepInterval;
     if (!listening_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          resume_accepting_ - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(resume_accepting_ - now);
       timeout = std::clamp(left, std::chrono::milliseconds(0), timeout);
     }
     // Awake for a while after serving something: the next call of a
     // hand-over (the consumer's Open after the producer's Publish) usually
     // comes within it, and finds this thread running instead of asleep.
-    const bool awake = options_.busy_poll.count() > 0 &&
-                       std::chrono::steady_clock::now() - last_event < options_.busy_poll;
+    const bool awake = options_.busy_poll.count() > 0 && now - last_event < options_.busy_poll;
     const int n =
         ::epoll_wait(epoll_.get(), events, 64, awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
       spdlog::error("session.sock: epoll_wait: {}", std::strerror(errno));
       break;
     }
-    if (n > 0) {
-      last_event = std::chrono::steady_clock::now();
-    } else if (awake) {
-      SpinPause();
-    }
+    if (n == 0 && awake) SpinPause();
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wake_.get()) {
@@ -163,7 +160,8 @@ void SessionServer::Loop() {
     // Waits that ended, whichever thread ended them (a seal on this thread
     // too): answered in this same turn of the loop.
     AnswerParked();
-    const auto now = std::chrono::steady_clock::now();
+    now = std::chrono::steady_clock::now();
+    if (n > 0) last_event = now;  // the busy poll counts from the end of serving
     if (!listening_ && now >= resume_accepting_) {
       epoll_event ev{};
       ev.events = EPOLLIN;
