@@ -10,8 +10,9 @@
 //     bare VMM, the floor (fence write, one round trip, a wait and a write in
 //     memory both have mapped), the copy path, torch.multiprocessing (Python)
 //     and the broker from Python over the C ABI
-//   allocation: in-process allocate+release of a small buffer, and 1/8/16
-//     processes at once, vs torch's caching allocator
+//   allocation: in-process allocate+release of a small buffer (and with
+//     release_on a stream, idle or busy), and 1/8/16 processes at once, vs
+//     torch's caching allocator
 //   the fence wait and its variants (cuda_fence.cc)
 //
 // Over 500 lines on purpose: one run's cases in the order they run, each
@@ -577,6 +578,52 @@ int RunCuda(const Options& o) {
       watchdog.Step(StrCat("in-process allocate+release ", i));
       const double us = AllocateReleasePair(client, o.small_size);
       if (i >= o.warmup * 10) in_process->us.push_back(us);
+    }
+    // The same pair with release_on(stream): an event recorded, no wait for
+    // the device (release() synchronizes it, as cudaFree does); the block
+    // comes back at a later allocate, once the event has fired.
+    Samples& pair_on =
+        add(StrCat("  in-process allocate+release_on(stream), ", FormatBytes(o.small_size)));
+    for (int i = 0; i < o.warmup * 10 + o.iterations * 10; ++i) {
+      watchdog.Step(StrCat("in-process allocate+release_on ", i));
+      const auto t0 = std::chrono::steady_clock::now();
+      client.allocate(o.small_size).release_on(stream);
+      const double us = ElapsedUs(t0);
+      if (i >= o.warmup * 10) pair_on.us.push_back(us);
+    }
+    pair_on.baseline = "allocate+release";
+    pair_on.baseline_us = in_process->p50();
+    // What the releasing thread pays while the stream still has work (a
+    // 64 MiB memset queued after the buffer's own): release() waits for it,
+    // release_on(stream) does not.
+    {
+      void* scratch = nullptr;
+      Throw(cudaMalloc(&scratch, 64 * kMiB), "cudaMalloc");
+      Samples& sync_release =
+          add(StrCat("release of a buffer whose stream is busy (64 MiB memset "
+                     "queued), ",
+                     FormatBytes(o.small_size)));
+      Samples& stream_release = add("  release_on(stream) of the same");
+      for (int i = 0; i < o.warmup + o.iterations; ++i) {
+        watchdog.Step(StrCat("release on a busy stream ", i));
+        for (Samples* s : {&sync_release, &stream_release}) {
+          Buffer b = client.allocate(o.small_size);
+          Throw(cudaMemsetAsync(b.data(), 1, o.small_size, stream), "cudaMemsetAsync");
+          Throw(cudaMemsetAsync(scratch, 2, 64 * kMiB, stream), "cudaMemsetAsync");
+          const auto t0 = std::chrono::steady_clock::now();
+          if (s == &sync_release) {
+            b.release();
+          } else {
+            b.release_on(stream);
+          }
+          const double us = ElapsedUs(t0);
+          Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+          if (i >= o.warmup) s->us.push_back(us);
+        }
+      }
+      stream_release.baseline = "release()";
+      stream_release.baseline_us = sync_release.p50();
+      Throw(cudaFree(scratch), "cudaFree");
     }
     for (int processes : o.processes) {
       watchdog.Step(StrCat("throughput with ", processes, " processes"));

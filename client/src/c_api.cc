@@ -422,6 +422,24 @@ gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer) {
   return status;
 }
 
+gpubroker_status_t gpubroker_buffer_release_on(gpubroker_buffer_t* buffer, void* stream) {
+  if (buffer == nullptr) return GPUBROKER_OK;
+  gpubroker_status_t status = GPUBROKER_OK;
+  if (buffer->held.use_count() == 1) {
+    status = Guard([&] { buffer->buffer().release_on(stream); });
+    if (buffer->buffer().valid()) {
+      // The stream was refused: released as gpubroker_buffer_release does,
+      // reporting why the stream was not used.
+      try {
+        buffer->buffer().release();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  delete buffer;  // with views alive, the last of them releases
+  return status;
+}
+
 void* gpubroker_buffer_data(const gpubroker_buffer_t* b) {
   return b ? b->buffer().data() : nullptr;
 }

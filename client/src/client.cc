@@ -1,7 +1,9 @@
 #include "gpubroker/client.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
+#include <vector>
 
 #include "client/src/client_impl.h"
 #include "common/paths.h"
@@ -137,6 +139,24 @@ int Buffer::device_ordinal() const noexcept { return mapping_ ? mapping_->device
 
 void Buffer::release() { Reset(true); }
 
+void Buffer::release_on(void* stream) {
+  if (!impl_) return;
+  if (impl_->forked() || !mapping_) {
+    Reset(true);
+    return;
+  }
+  // Recorded before the handle lets go, so that a bad stream leaves it as it was.
+  void* event = mapping_->RecordDone(stream);
+  auto impl = std::move(impl_);
+  detail::BufferRelease release{info_.id, owner_ && !info_.keep, std::move(mapping_)};
+  if (event == nullptr) {
+    impl->Release(std::move(release), true);  // the host: no work to wait for
+    return;
+  }
+  impl->ReleaseAfter(std::move(release), stream, event);
+  impl->FinishReleases(false);
+}
+
 void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
   if (impl_->forked()) {
@@ -147,36 +167,101 @@ void Buffer::Reset(bool report_errors) {
     if (report_errors) impl->CheckProcess();
     return;
   }
-  std::optional<detail::LocalBlock> block;
-  if (mapping_ && mapping_->local_block() != nullptr) block = *mapping_->local_block();
+  auto impl = std::move(impl_);
+  impl->Release({info_.id, owner_ && !info_.keep, std::move(mapping_)}, report_errors);
+}
+
+namespace detail {
+
+void ClientImpl::Release(BufferRelease release, bool report_errors) {
+  std::optional<LocalBlock> block;
+  if (release.mapping && release.mapping->local_block() != nullptr) {
+    block = *release.mapping->local_block();
+  }
   // Memory of its own may stay mapped, in the mapping cache, for the next
   // buffer the daemon serves from it: the release says so, and the daemon
   // asks before it frees that memory. Anything else is unmapped before the
   // lease drops: the daemon may hand the memory to someone else as soon as
   // the last lease is gone.
-  const bool keep_mapping = mapping_ && !block && impl_->KeepMapping(*mapping_);
-  mapping_.reset();
-  auto impl = std::move(impl_);
+  const bool keep_mapping = release.mapping && !block && KeepMapping(*release.mapping);
+  release.mapping.reset();
   if (block) {
     // A client-made buffer: back to this client's allocator, with no call
     // unless it was published (then it waits, in quarantine, until the
     // daemon says nobody else holds it).
-    const bool published = info_.id != 0;
-    impl->FreeLocal(*block, published);
+    const bool published = release.id != 0;
+    FreeLocal(*block, published);
     if (!published) return;
   }
   v1::Call call;
-  call.mutable_release()->set_id(info_.id);
-  call.mutable_release()->set_free(owner_ && !info_.keep);
+  call.mutable_release()->set_id(release.id);
+  call.mutable_release()->set_free(release.free);
   call.mutable_release()->set_keep_mapping(keep_mapping);
   v1::Reply reply;
   try {
-    impl->Call(std::move(call), &reply);  // always fits in a frame
+    Call(std::move(call), &reply);  // always fits in a frame
   } catch (const Error&) {
     // A daemon that is gone has already dropped the lease with the session.
     if (report_errors) throw;
   }
 }
+
+void ClientImpl::ReleaseAfter(BufferRelease release, void* stream, void* event) {
+  std::lock_guard lock(pending_mu_);
+  pending_.push_back({stream, event, std::move(release)});
+  pending_count_.store(pending_.size(), std::memory_order_relaxed);
+}
+
+void ClientImpl::FinishReleases(bool wait) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0) return;
+  std::vector<PendingRelease> taken;
+  {
+    std::lock_guard lock(pending_mu_);
+    if (wait) {
+      taken.swap(pending_);
+    } else {
+      // A stream's events fire in the order they were recorded: once one is
+      // not done, the later ones of its stream are not asked (so a stream
+      // far behind costs one query a call, not one per release). Events of
+      // different streams fire in any order.
+      std::vector<void*> behind;
+      size_t kept = 0;
+      for (PendingRelease& p : pending_) {
+        bool done = false;
+        if (std::find(behind.begin(), behind.end(), p.stream) == behind.end()) {
+#ifdef GPUBROKER_HAVE_CUDA
+          done = CudaWorkDone(p.release.mapping->device_ordinal(), p.event, false);
+#else
+          done = true;
+#endif
+          if (!done) behind.push_back(p.stream);
+        }
+        if (done) {
+          p.event = nullptr;
+          taken.push_back(std::move(p));
+        } else {
+          pending_[kept++] = std::move(p);
+        }
+      }
+      pending_.resize(kept);
+    }
+    pending_count_.store(pending_.size(), std::memory_order_relaxed);
+  }
+  for (PendingRelease& p : taken) {
+#ifdef GPUBROKER_HAVE_CUDA
+    if (p.event != nullptr) CudaWorkDone(p.release.mapping->device_ordinal(), p.event, true);
+#endif
+    p.release.mapping->MarkDone();
+    try {
+      Release(std::move(p.release), false);
+    } catch (const std::exception&) {
+      // The handle is gone: there is nobody to tell. A daemon that is gone
+      // dropped the lease with the session.
+    }
+  }
+}
+
+}  // namespace detail
 
 // Client ---------------------------------------------------------------------
 
@@ -188,6 +273,7 @@ Client Client::connect(const std::string& socket_dir, const ConnectOptions& opti
 }
 
 Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
+  impl_->FinishReleases(false);  // memory whose work is done may serve this one
   BufferInfo local;
   if (auto mapping = impl_->AllocateLocal(size, options, &local)) {
     return Buffer(impl_, std::move(local), std::move(mapping), true);
@@ -237,6 +323,7 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 }
 
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
+  impl_->FinishReleases(false);
   const v1::OpenRequest req = detail::ToOpenRequest(id, name, options);
   v1::OpenResponse resp;
   v1::Call call;

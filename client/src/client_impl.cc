@@ -162,6 +162,8 @@ ClientImpl::~ClientImpl() {
     new std::thread(std::move(reader_));
     return;
   }
+  // Releases still waiting for their streams' work go first, in order.
+  FinishReleases(true);
   StopReader();
   session_channel_->SayGoodbye();
 }

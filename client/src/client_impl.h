@@ -65,6 +65,25 @@ class Mapping {
   /// The mapped memory, for the mapping cache, once the work that uses the
   /// buffer is complete (CUDA); null when it cannot outlive the buffer.
   virtual std::unique_ptr<CachedMapping> TakeMemory() { return nullptr; }
+
+  /// Records on `stream` the point after which the work queued on it so far
+  /// is complete (CUDA): an event, for CudaWorkDone. nullptr on the host,
+  /// where there is no work to wait for.
+  virtual void* RecordDone(void* /*stream*/) { return nullptr; }
+  /// Says that the work that uses the buffer is complete (its RecordDone
+  /// event fired): going, the mapping need not synchronize the device.
+  void MarkDone() { done_ = true; }
+
+ protected:
+  bool done_ = false;
+};
+
+/// What a Buffer gives back when it goes: its mapping (a client-made block
+/// inside it) and its lease.
+struct BufferRelease {
+  BufferId id = 0;    // 0: a client-made buffer never published
+  bool free = false;  // the owner's release frees the buffer
+  std::unique_ptr<Mapping> mapping;
 };
 
 /// The client end of session.sock: the session's lifeline, the channel on
@@ -222,6 +241,21 @@ class ClientImpl {
   bool KeepMapping(Mapping& mapping);
   /// Unmaps everything the cache holds, and tells the daemon.
   void EvictMappings();
+
+  // Releases (client.cc) --------------------------------------------------
+
+  /// Gives a buffer back now: its memory stays mapped in the cache or is
+  /// unmapped (after the device's work, unless MarkDone), a client-made
+  /// block returns to the allocator, the lease drops. Throws the daemon's
+  /// refusal when `report_errors`.
+  void Release(BufferRelease release, bool report_errors);
+  /// Gives it back once `event` (the mapping's RecordDone on `stream`) has
+  /// fired, at a later FinishReleases; the caller does not wait.
+  void ReleaseAfter(BufferRelease release, void* stream, void* event);
+  /// Completes the deferred releases whose work is done; all of them, after
+  /// their work, when `wait`. Errors are not reported (the handles are gone).
+  void FinishReleases(bool wait);
+  size_t pending_releases() const { return pending_count_.load(std::memory_order_relaxed); }
   MappingCache::Stats MappingCacheStats() const { return cache_.stats(); }
   /// Answers the daemon's requests to unmap that have come: unmaps, then
   /// says Unmapped.
@@ -302,6 +336,16 @@ class ClientImpl {
   std::mutex returned_mu_;
   std::vector<v1::BlocksReturned::Block> returned_;  // to hand back after the call
   std::atomic<uint64_t> paths_[7] = {};
+
+  // Releases waiting for their stream's work (Buffer::release_on).
+  struct PendingRelease {
+    void* stream;
+    void* event;
+    BufferRelease release;
+  };
+  std::mutex pending_mu_;
+  std::vector<PendingRelease> pending_;
+  std::atomic<size_t> pending_count_{0};
   std::atomic<uint64_t> publishes_{0};
 
   // The mapping cache, and the thread that hears the daemon's requests to
@@ -356,6 +400,10 @@ std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescri
 /// A VMM buffer over its mapped memory (imported now, or kept in the cache).
 std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
                                           uint64_t fence_page, const v1::ImportDescriptor& import);
+/// True once the work before `event` (a Mapping's RecordDone) is complete,
+/// waiting for it when `wait`; the event is recycled then. A failed query
+/// (a broken context) counts as done after the device synchronizes.
+bool CudaWorkDone(int device, void* event, bool wait);
 #endif
 
 // Conversions to and from the wire (convert.cc).

@@ -318,6 +318,7 @@ void ClientImpl::Report() {
 }
 
 void ClientImpl::Trim() {
+  FinishReleases(true);  // what waits for its stream's work is given back too
   std::vector<DeviceArena*> arenas;
   bool quarantined = false;
   {
@@ -342,6 +343,7 @@ ClientStats ClientImpl::Stats() const {
   s.opens_grpc = paths_[static_cast<int>(Path::kOpenGrpc)];
   s.maps_cached = paths_[static_cast<int>(Path::kCached)];
   s.publishes = publishes_;
+  s.pending_releases = pending_releases();
   const MappingCache::Stats cache = cache_.stats();
   s.mapping_cache_hits = cache.hits;
   s.mapping_cache_misses = cache.misses;

@@ -58,6 +58,31 @@ CUstream OwnStream(int device) {
   return reinterpret_cast<CUstream>(s);
 }
 
+// Events for RecordDone, kept per device for reuse (made without timing, the
+// cheapest kind to record and query). Never destroyed, as OwnStream's.
+std::mutex events_mu;
+std::map<int, std::vector<cudaEvent_t>>* events = new std::map<int, std::vector<cudaEvent_t>>();
+
+cudaEvent_t TakeEvent(int device) {
+  {
+    std::lock_guard lock(events_mu);
+    auto& free = (*events)[device];
+    if (!free.empty()) {
+      cudaEvent_t e = free.back();
+      free.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  Check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  return e;
+}
+
+void GiveEvent(int device, cudaEvent_t e) {
+  std::lock_guard lock(events_mu);
+  (*events)[device].push_back(e);
+}
+
 class CudaMapping : public Mapping {
  public:
   CudaMapping(int device, void* ptr, uint64_t fence_page, const v1::ImportDescriptor& import)
@@ -98,6 +123,17 @@ class CudaMapping : public Mapping {
     WaitReady(stream);
     return stream;
   }
+  void* RecordDone(void* stream) override {
+    cuda::ScopedDevice on(device_);
+    if (!on.status().ok()) ThrowStatus(on.status());
+    cudaEvent_t e = TakeEvent(device_);
+    if (cudaError_t err = cudaEventRecord(e, static_cast<cudaStream_t>(stream));
+        err != cudaSuccess) {
+      GiveEvent(device_, e);
+      Check(err, "cudaEventRecord (release_on: is the stream of the buffer's device?)");
+    }
+    return e;
+  }
 
  protected:
   // CUDA does not work in a process made by fork(): there the mapping is
@@ -130,7 +166,7 @@ class ArenaView final : public CudaMapping {
   ~ArenaView() override {
     // What cudaFree does for a pool import: the work that uses the range
     // completes before the lease's release lets the daemon lend it again.
-    if (forked()) return;
+    if (forked() || done_) return;
     cuda::ScopedDevice on(device_);
     if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
   }
@@ -144,6 +180,7 @@ class LocalArenaBlock final : public CudaMapping {
   ~LocalArenaBlock() override {
     // As for a range of the daemon's arena: the work that uses the block
     // completes before the block can be handed out again.
+    if (done_) return;
     cuda::ScopedDevice on(device_);
     if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
   }
@@ -186,7 +223,7 @@ class VmmView final : public CudaMapping {
     // What unmapping would wait for: the work that uses the buffer completes
     // before its lease drops, and with it the daemon may serve the memory
     // to the next buffer.
-    if (!forked()) {
+    if (!forked() && !done_) {
       cuda::ScopedDevice on(device_);
       if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
     }
@@ -313,6 +350,19 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
                                           uint64_t fence_page, const v1::ImportDescriptor& import) {
   return std::make_unique<VmmView>(Ordinal(import.device_uuid()), std::move(memory), fence_page,
                                    import);
+}
+
+bool CudaWorkDone(int device, void* event, bool wait) {
+  auto e = static_cast<cudaEvent_t>(event);
+  cudaError_t err = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+  if (err == cudaErrorNotReady) return false;
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    cuda::ScopedDevice on(device);
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  }
+  GiveEvent(device, e);
+  return true;
 }
 
 }  // namespace gpubroker::detail

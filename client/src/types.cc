@@ -137,7 +137,8 @@ std::string ToJson(const ClientStats& s) {
                           {"in_use_bytes", s.in_use_bytes},
                           {"cached_bytes", s.cached_bytes},
                           {"free_bytes", s.free_bytes},
-                          {"quarantined_bytes", s.quarantined_bytes}}}}
+                          {"quarantined_bytes", s.quarantined_bytes},
+                          {"pending_releases", s.pending_releases}}}}
       .dump();
 }
 

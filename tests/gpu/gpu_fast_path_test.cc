@@ -9,9 +9,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <string>
 
 #include "common/cuda/cuda_util.h"
+#include "gpubroker/client.hpp"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/gpu/gpu_test_util.h"
@@ -185,6 +188,96 @@ TEST(GpuFastPath, KeptMemoryGoesToAnotherTenantOnlyAfterItsHolderUnmapped) {
   EXPECT_EQ(a.Stat("cache_evictions"), 1);
   b.Ok("fill y 4");
   EXPECT_EQ(b.Send("check y 4"), "ok");
+}
+
+// Buffer::release_on: the releasing thread does not wait for the stream's
+// work (release() synchronizes the device, as cudaFree does), and until
+// that work is done the memory stays the client's: no new buffer gets it,
+// the owner's free has not happened, its name still opens. The stream is
+// held behind a gate word (cuStreamWaitValue64) that the test opens; the
+// next allocate after the work is done gives both buffers back.
+TEST(GpuFastPath, AReleaseOnAStreamGivesTheMemoryBackOnceItsWorkIsDone) {
+  SKIP_WITHOUT_GPU();
+  auto api_or = cuda::DriverApi::Get();
+  ASSERT_TRUE(api_or.ok()) << api_or.status().ToString();
+  const cuda::DriverApi& api = **api_or;
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  Client client = Client::connect(daemon.socket_dir());
+  cuda::ScopedDevice on(0);
+  ASSERT_TRUE(on.status().ok());
+  cudaStream_t stream = nullptr, opener = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&opener, cudaStreamNonBlocking), cudaSuccess);
+  void* gate = nullptr;
+  ASSERT_EQ(cudaMalloc(&gate, 8), cudaSuccess);
+  ASSERT_EQ(cudaMemset(gate, 0, 8), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gate_word = reinterpret_cast<CUdeviceptr>(gate);
+  bool opened = false;
+  auto open_gate = [&] {
+    if (opened) return;
+    opened = true;
+    EXPECT_EQ(api.cuStreamWriteValue64(reinterpret_cast<CUstream>(opener), gate_word, 1,
+                                       CU_STREAM_WRITE_VALUE_DEFAULT),
+              CUDA_SUCCESS);
+    EXPECT_EQ(cudaStreamSynchronize(opener), cudaSuccess);
+  };
+  ASSERT_EQ(api.cuStreamWaitValue64(reinterpret_cast<CUstream>(stream), gate_word, 1,
+                                    CU_STREAM_WAIT_VALUE_GEQ),
+            CUDA_SUCCESS);
+
+  // A published buffer, written and sealed on the held stream, and one
+  // this client made and never published.
+  Buffer shared = client.allocate(kMiB, {.name = "stream.release"});
+  ASSERT_EQ(cudaMemsetAsync(shared.data(), 7, kMiB, stream), cudaSuccess);
+  shared.seal(stream);
+  Buffer local = client.allocate(kMiB);
+  ASSERT_EQ(cudaMemsetAsync(local.data(), 1, kMiB, stream), cudaSuccess);
+  void* const shared_ptr = shared.data();
+  void* const local_ptr = local.data();
+
+  auto released = std::async(std::launch::async, [&] {
+    shared.release_on(stream);
+    local.release_on(stream);
+  });
+  if (released.wait_for(10s) != std::future_status::ready) {
+    open_gate();
+    released.wait();
+    FAIL() << "release_on waited for the stream's work";
+  }
+  released.get();
+  struct OpenAtExit {
+    std::function<void()> open;
+    ~OpenAtExit() { open(); }
+  } open_at_exit{open_gate};  // before any handle below synchronizes the device
+  EXPECT_FALSE(shared.valid());
+  EXPECT_FALSE(local.valid());
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the stream's work is still held";
+  EXPECT_EQ(client.stats().pending_releases, 2u);
+
+  Buffer next = client.allocate(kMiB);
+  EXPECT_NE(next.data(), shared_ptr) << "memory in use by the stream served a new buffer";
+  EXPECT_NE(next.data(), local_ptr) << "memory in use by the stream served a new buffer";
+  EXPECT_EQ(client.stats().pending_releases, 2u);
+  Helper reader(daemon.socket_dir());
+  reader.Ok("open r stream.release");  // not freed yet: the owner's release waits
+
+  open_gate();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  next.release();
+  Buffer after = client.allocate(kMiB);  // gives back the releases whose work is done
+  EXPECT_EQ(client.stats().pending_releases, 0u);
+  EXPECT_EQ(reader.Ok("peek r 0"), "7") << "the reader sees what the held stream wrote";
+  EXPECT_EQ(reader.Ok("peek r 1048575"), "7");
+  Helper late(daemon.socket_dir());
+  EXPECT_EQ(late.Send("open x stream.release").rfind("err NOT_FOUND", 0), 0u)
+      << "the owner's deferred release freed the buffer";
+  reader.Ok("release r");
+  after.release();
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(opener), cudaSuccess);
+  EXPECT_EQ(cudaFree(gate), cudaSuccess);
 }
 
 }  // namespace

@@ -102,6 +102,35 @@ TEST(CAbi, ViewKeepsMappingAndLeaseAfterReleaseUntilItGoes) {
   gpubroker_view_release(nullptr);
 }
 
+TEST(CAbi, ReleaseOnAStreamReleasesAtOnceOnTheHostAndLikeReleaseUnderAView) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  // The host has no stream work to wait for: the buffer goes now.
+  gpubroker_buffer_t* b = client.Allocate(4096, "c.release_on", GPUBROKER_DTYPE_UINT8, {4096});
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(gpubroker_buffer_publish(b), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(client.List().size(), 1u);
+  EXPECT_EQ(gpubroker_buffer_release_on(b, nullptr), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_TRUE(client.List().empty());
+  EXPECT_EQ(client.InUseBytes(), 0u);
+  EXPECT_EQ(client.Stats()["books"]["pending_releases"], 0u);
+
+  // With a view alive the view's end releases, as for gpubroker_buffer_release.
+  b = client.Allocate(4096, "c.release_on.view", GPUBROKER_DTYPE_UINT8, {4096});
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(gpubroker_buffer_publish(b), GPUBROKER_OK) << gpubroker_last_error();
+  gpubroker_view_t* view = nullptr;
+  ASSERT_EQ(gpubroker_buffer_view(b, &view), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_release_on(b, nullptr), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(client.List().size(), 1u) << "released under a live view";
+  gpubroker_view_release(view);
+  EXPECT_TRUE(client.List().empty());
+  client.Trim();
+  EXPECT_EQ(client.UsedBytes(), 0u);
+  EXPECT_EQ(gpubroker_buffer_release_on(nullptr, nullptr), GPUBROKER_OK);
+}
+
 TEST(CAbi, DlpackExportDescribesTheTensorAndHoldsTheBufferUntilItsDeleter) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());

@@ -263,6 +263,27 @@ def test_framework_tensor_keeps_gpu_memory_after_release(gpu_daemon):
 
 
 
+def test_release_on_a_stream_gives_the_buffer_back_after_its_work_without_waiting(gpu_daemon):
+    need("torch")
+    import torch
+
+    with gpubroker.connect(gpu_daemon.dir) as c:
+        side = torch.cuda.Stream()
+        buf = c.allocate(shape=(MIB,), dtype="float32", name="gpu.release_on")
+        assert buf.id != 0  # published: the daemon's list shows it
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)  # clock cycles: about a second
+        buf.release(stream=side)
+        assert buf.is_released
+        assert not side.query(), "release(stream=...) waited for the stream's work"
+        assert c.stats()["books"]["pending_releases"] == 1
+        assert [b.name for b in c.list()] == ["gpu.release_on"], "freed before its work was done"
+        side.synchronize()
+        c.allocate(64).release()  # the next allocate gives back what is done
+        assert c.stats()["books"]["pending_releases"] == 0
+        assert c.list() == []
+
+
 def test_cupy_array_keeps_gpu_memory_after_release(gpu_daemon):
     need("cupy")
     import gc

@@ -84,6 +84,24 @@ def test_released_buffer_refuses_new_views_with_a_clear_error(client):
     assert eventually(lambda: used_bytes(client) == 0)
 
 
+def test_release_on_a_stream_gives_host_memory_back_at_once(client):
+    buf = client.allocate(shape=(256,), dtype="float32", name="life.stream")
+    buf.release(stream=0)  # the host has no stream work to wait for
+    assert buf.is_released
+    assert "life.stream" not in buffers(client)
+    assert client.stats()["books"]["pending_releases"] == 0
+    assert used_bytes(client) == 0
+    buf.release(stream=0)  # idempotent
+    # Under a live array the array's end releases, as without a stream.
+    buf = client.allocate(shape=(8,), dtype="uint8", name="life.stream.view")
+    a = buf.as_numpy()
+    buf.release(stream=0)
+    assert "life.stream.view" in buffers(client)
+    del a
+    gc.collect()
+    assert eventually(lambda: used_bytes(client) == 0)
+
+
 def test_interface_consumer_keeps_the_buffer_after_release(client):
     buf = client.allocate(shape=(8,), dtype="uint8", name="life.iface")
     a = np.asarray(buf)  # numpy keeps `buf` as the array's base

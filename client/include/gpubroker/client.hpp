@@ -130,6 +130,22 @@ class GPUBROKER_API Buffer {
   /// @throws Error when the daemon refuses; UnavailableError when it is gone.
   void release();
 
+  /// @brief Gives the buffer back once the work queued on `stream` (a
+  /// cudaStream_t; nullptr: the legacy default stream) so far is complete,
+  /// without waiting for it: what a CUDA caching allocator does with a
+  /// block freed on a stream. release() and the destructor instead wait for
+  /// all of the device's work first (cudaDeviceSynchronize), as cudaFree does.
+  ///
+  /// The handle is empty at once. Until the work is done the memory stays
+  /// this client's (the lease is held, a client-made block is not handed out
+  /// again); this client gives it back at its next allocate() or open()
+  /// after the work is done, at trim(), or when the client ends, whichever
+  /// comes first. All work that uses the buffer must be queued on `stream`,
+  /// or ordered before its queued work. On the host backend, release().
+  /// @throws CUDA errors for a stream that is not of the buffer's device
+  ///         (the handle stays valid then); as release() on the host.
+  void release_on(void* stream);
+
  private:
   friend class Client;
   Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,

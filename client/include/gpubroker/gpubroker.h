@@ -253,6 +253,21 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_ready_stream(gpubroker_buffe
  * released; errors are reported only in the first case.
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer);
+/**
+ * @brief Destroys the handle and gives the buffer back once the work queued on
+ * `stream` (a cudaStream_t; NULL: the legacy default stream) so far is
+ * complete, without waiting for it (gpubroker_buffer_release waits for the
+ * device's work first). Until then the memory stays this client's; the
+ * client gives it back at its next allocate or open after the work is done,
+ * at gpubroker_trim, or when it disconnects. All work that uses the
+ * buffer must be queued on `stream` or ordered before its queued work. On
+ * the host backend, and while views are alive, as gpubroker_buffer_release.
+ * Destroys the handle whatever the result: a stream that is not of the
+ * buffer's device is an error, and the buffer is released as by
+ * gpubroker_buffer_release. NULL buffer: a no-op.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_release_on(gpubroker_buffer_t* buffer,
+                                                               void* stream);
 
 /**
  * @brief A view: a hold on the buffer's mapping and lease that outlives the

@@ -229,9 +229,24 @@ class Buffer:
 
     # Life ---------------------------------------------------------------------
 
-    def release(self) -> None:
+    def release(self, stream: Any = None) -> None:
         """Drops this handle's lease (and, for an owner's unkept buffer, frees
-        it) now, or once the arrays made from it are gone. Idempotent."""
+        it) now, or once the arrays made from it are gone. Idempotent.
+
+        On a GPU, with no `stream`, the release first waits for all of the
+        device's work, as ``cudaFree`` does. With a `stream` (any framework's
+        stream object or a raw cudaStream_t, 0 for the legacy default stream)
+        it does not wait: the memory is given back once the work queued on
+        `stream` so far is complete (at this client's next ``allocate`` or
+        ``open`` after that, at ``trim()``, or when it disconnects), as a
+        caching allocator does with a block freed on a stream. All work that
+        uses the buffer must be on `stream` or ordered before it. On the host
+        `stream` changes nothing. A stream of another device raises, and the
+        buffer is released as without one.
+        """
+        s = None
+        if stream is not None:
+            s = stream if type(stream) is int else _interop.stream_handle(stream)
         with self._lock:
             h = self._h
             if h is None:
@@ -240,7 +255,10 @@ class Buffer:
             if f.id is None and self._lib.buffer_is_published(h):
                 f.id = self._lib.buffer_id(h)
             self._h = None
-            rc = self._lib.buffer_release(h)
+            if stream is None:
+                rc = self._lib.buffer_release(h)
+            else:
+                rc = self._lib.buffer_release_on(h, s)
         if rc:
             raise self._lib.error(rc)
 

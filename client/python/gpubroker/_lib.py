@@ -177,6 +177,7 @@ class Library:
         proto(c, "gpubroker_buffer_wait_ready", c_int, c_void_p, c_void_p)
         proto(c, "gpubroker_buffer_ready_stream", c_int, c_void_p, pp)
         proto(c, "gpubroker_buffer_release", c_int, c_void_p)
+        proto(c, "gpubroker_buffer_release_on", c_int, c_void_p, c_void_p)
         proto(c, "gpubroker_view_release", None, c_void_p)
         proto(c, "gpubroker_buffer_info_json", c_int, c_void_p, POINTER(c_void_p))
         # A buffer this client made is published the first time its id is
