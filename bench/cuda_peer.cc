@@ -128,6 +128,7 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         oo.wait = true;
         oo.stream = stream;
         state.buffer.emplace(client.open(std::string_view(m.data), oo));
+        reply.b = NowNs();
         Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         reply.a = NowNs();
         break;

@@ -168,7 +168,12 @@ void Buffer::Reset(bool report_errors) {
     return;
   }
   auto impl = std::move(impl_);
-  impl->Release({info_.id, owner_ && !info_.keep, std::move(mapping_)}, report_errors);
+  detail::BufferRelease release{info_.id, owner_ && !info_.keep, std::move(mapping_)};
+  if (impl->DefersSync(release)) {
+    impl->ReleaseUnsynced(std::move(release));
+    return;
+  }
+  impl->Release(std::move(release), report_errors);
 }
 
 namespace detail {
@@ -212,7 +217,56 @@ void ClientImpl::ReleaseAfter(BufferRelease release, void* stream, void* event) 
   pending_count_.store(pending_.size(), std::memory_order_relaxed);
 }
 
+namespace {
+// The batch of release()d blocks that share one device synchronize: small
+// enough that what it keeps out of use stays small.
+constexpr size_t kUnsyncedBlocks = 64;
+constexpr uint64_t kUnsyncedBytes = uint64_t{16} << 20;
+}  // namespace
+
+bool ClientImpl::DefersSync(const BufferRelease& release) const {
+  if (release.id != 0 || !release.mapping || release.mapping->device_ordinal() < 0) return false;
+  const LocalBlock* block = release.mapping->local_block();
+  return block != nullptr && block->block.size < kUnsyncedBytes;
+}
+
+void ClientImpl::ReleaseUnsynced(BufferRelease release) {
+  bool full = false;
+  {
+    std::lock_guard lock(pending_mu_);
+    unsynced_bytes_ += release.mapping->local_block()->block.size;
+    unsynced_.push_back(std::move(release));
+    unsynced_count_.store(unsynced_.size(), std::memory_order_relaxed);
+    full = unsynced_.size() >= kUnsyncedBlocks || unsynced_bytes_ >= kUnsyncedBytes;
+  }
+  if (full) FlushUnsynced();
+}
+
+void ClientImpl::FlushUnsynced() {
+  if (unsynced_count_.load(std::memory_order_relaxed) == 0) return;
+  std::vector<BufferRelease> taken;
+  {
+    std::lock_guard lock(pending_mu_);
+    taken.swap(unsynced_);
+    unsynced_bytes_ = 0;
+    unsynced_count_.store(0, std::memory_order_relaxed);
+  }
+#ifdef GPUBROKER_HAVE_CUDA
+  std::vector<int> devices;
+  for (const BufferRelease& r : taken) {
+    const int d = r.mapping->device_ordinal();
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  }
+  for (int d : devices) CudaSynchronize(d);
+#endif
+  for (BufferRelease& r : taken) {
+    r.mapping->MarkDone();
+    Release(std::move(r), false);  // back to the allocator: no call
+  }
+}
+
 void ClientImpl::FinishReleases(bool wait) {
+  if (wait) FlushUnsynced();
   if (pending_count_.load(std::memory_order_relaxed) == 0) return;
   std::vector<PendingRelease> taken;
   {

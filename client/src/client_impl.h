@@ -256,6 +256,19 @@ class ClientImpl {
   /// their work, when `wait`. Errors are not reported (the handles are gone).
   void FinishReleases(bool wait);
   size_t pending_releases() const { return pending_count_.load(std::memory_order_relaxed); }
+  /// True for what release() may give back after a later, shared device
+  /// synchronize: a block this client made on a GPU and never published
+  /// (nobody else can hold it), smaller than the batch.
+  bool DefersSync(const BufferRelease& release) const;
+  /// Gives such a block back to the allocator once the device has
+  /// synchronized: one cudaDeviceSynchronize for a batch of blocks (when it
+  /// fills, when an allocation would fail without them, at trim and at the
+  /// client's end), instead of one per release. Until then no buffer gets
+  /// the block.
+  void ReleaseUnsynced(BufferRelease release);
+  /// Synchronizes the devices of the blocks waiting for it, and frees them.
+  void FlushUnsynced();
+  size_t unsynced_releases() const { return unsynced_count_.load(std::memory_order_relaxed); }
   MappingCache::Stats MappingCacheStats() const { return cache_.stats(); }
   /// Answers the daemon's requests to unmap that have come: unmaps, then
   /// says Unmapped.
@@ -346,6 +359,10 @@ class ClientImpl {
   std::mutex pending_mu_;
   std::vector<PendingRelease> pending_;
   std::atomic<size_t> pending_count_{0};
+  // Blocks released by release() that wait for one device synchronize.
+  std::vector<BufferRelease> unsynced_;  // under pending_mu_
+  uint64_t unsynced_bytes_ = 0;          // under pending_mu_
+  std::atomic<size_t> unsynced_count_{0};
   std::atomic<uint64_t> publishes_{0};
 
   // The mapping cache, and the thread that hears the daemon's requests to
@@ -404,6 +421,9 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
 /// waiting for it when `wait`; the event is recycled then. A failed query
 /// (a broken context) counts as done after the device synchronizes.
 bool CudaWorkDone(int device, void* event, bool wait);
+/// Waits for all of the device's work (cudaDeviceSynchronize); errors are
+/// cleared, as a release's are.
+void CudaSynchronize(int device);
 #endif
 
 // Conversions to and from the wire (convert.cc).

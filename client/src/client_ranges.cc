@@ -206,7 +206,15 @@ std::unique_ptr<Mapping> ClientImpl::AllocateLocal(uint64_t size, const Allocate
   LocalBlock lb;
   lb.arena = &arena;
   try {
-    lb.block = arena.allocator().Allocate(need);
+    try {
+      lb.block = arena.allocator().Allocate(need);
+    } catch (const Error&) {
+      // Blocks released here that wait for a device synchronize may be
+      // what the allocation lacks.
+      if (unsynced_releases() == 0) throw;
+      FlushUnsynced();
+      lb.block = arena.allocator().Allocate(need);
+    }
   } catch (const Error& e) {
     // A range the daemon would have to wait for (memory that clients are
     // unmapping): the daemon makes this buffer instead, through gRPC, which waits.
@@ -344,6 +352,7 @@ ClientStats ClientImpl::Stats() const {
   s.maps_cached = paths_[static_cast<int>(Path::kCached)];
   s.publishes = publishes_;
   s.pending_releases = pending_releases();
+  s.unsynced_releases = unsynced_releases();
   const MappingCache::Stats cache = cache_.stats();
   s.mapping_cache_hits = cache.hits;
   s.mapping_cache_misses = cache.misses;

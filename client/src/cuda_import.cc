@@ -352,6 +352,11 @@ std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
                                    import);
 }
 
+void CudaSynchronize(int device) {
+  cuda::ScopedDevice on(device);
+  if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+}
+
 bool CudaWorkDone(int device, void* event, bool wait) {
   auto e = static_cast<cudaEvent_t>(event);
   cudaError_t err = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);

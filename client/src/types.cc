@@ -138,7 +138,8 @@ std::string ToJson(const ClientStats& s) {
                           {"cached_bytes", s.cached_bytes},
                           {"free_bytes", s.free_bytes},
                           {"quarantined_bytes", s.quarantined_bytes},
-                          {"pending_releases", s.pending_releases}}}}
+                          {"pending_releases", s.pending_releases},
+                          {"unsynced_releases", s.unsynced_releases}}}}
       .dump();
 }
 

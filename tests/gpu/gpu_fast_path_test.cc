@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <string>
+#include <vector>
 
 #include "common/cuda/cuda_util.h"
 #include "gpubroker/client.hpp"
@@ -190,42 +191,83 @@ TEST(GpuFastPath, KeptMemoryGoesToAnotherTenantOnlyAfterItsHolderUnmapped) {
   EXPECT_EQ(b.Send("check y 4"), "ok");
 }
 
+// A stream held behind a gate word in device memory (cuStreamWaitValue64)
+// until Open(): what is queued on it waits, so that a test can watch the
+// client while work that uses a buffer is still to come. Open() runs at the
+// latest when the guard from OpenAtExit() goes, which a test declares after
+// its buffers: their destructors may wait for the device.
+class HeldStream {
+ public:
+  explicit HeldStream(const cuda::DriverApi& api) : api_(api) {
+    ok_ = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) == cudaSuccess &&
+          cudaStreamCreateWithFlags(&opener_, cudaStreamNonBlocking) == cudaSuccess &&
+          cudaMalloc(&gate_, 8) == cudaSuccess && cudaMemset(gate_, 0, 8) == cudaSuccess &&
+          cudaDeviceSynchronize() == cudaSuccess &&
+          api_.cuStreamWaitValue64(reinterpret_cast<CUstream>(stream_), word(), 1,
+                                   CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+  }
+  ~HeldStream() {
+    Open();
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+    cudaStreamDestroy(opener_);
+    cudaFree(gate_);
+  }
+  bool ok() const { return ok_; }
+  cudaStream_t get() const { return stream_; }
+  void Open() {
+    if (opened_ || !ok_) return;
+    opened_ = true;
+    EXPECT_EQ(api_.cuStreamWriteValue64(reinterpret_cast<CUstream>(opener_), word(), 1,
+                                        CU_STREAM_WRITE_VALUE_DEFAULT),
+              CUDA_SUCCESS);
+    EXPECT_EQ(cudaStreamSynchronize(opener_), cudaSuccess);
+  }
+  struct Guard {
+    HeldStream* held;
+    ~Guard() { held->Open(); }
+  };
+  Guard OpenAtExit() { return Guard{this}; }
+
+ private:
+  CUdeviceptr word() const { return reinterpret_cast<CUdeviceptr>(gate_); }
+  const cuda::DriverApi& api_;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t opener_ = nullptr;
+  void* gate_ = nullptr;
+  bool ok_ = false;
+  bool opened_ = false;
+};
+
+// Runs `release` on another thread; false (after opening the gate, so that
+// it can finish) when it did not return within 10 s: it waited for the device.
+bool ReturnsWithoutWaiting(HeldStream& held, const std::function<void()>& release) {
+  auto done = std::async(std::launch::async, release);
+  if (done.wait_for(10s) == std::future_status::ready) {
+    done.get();
+    return true;
+  }
+  held.Open();
+  done.wait();
+  return false;
+}
+
 // Buffer::release_on: the releasing thread does not wait for the stream's
-// work (release() synchronizes the device, as cudaFree does), and until
-// that work is done the memory stays the client's: no new buffer gets it,
-// the owner's free has not happened, its name still opens. The stream is
-// held behind a gate word (cuStreamWaitValue64) that the test opens; the
-// next allocate after the work is done gives both buffers back.
+// work, and until that work is done the memory stays the client's: no new
+// buffer gets it, the owner's free has not happened, its name still opens.
+// The next allocate after the work is done gives both buffers back.
 TEST(GpuFastPath, AReleaseOnAStreamGivesTheMemoryBackOnceItsWorkIsDone) {
   SKIP_WITHOUT_GPU();
   auto api_or = cuda::DriverApi::Get();
   ASSERT_TRUE(api_or.ok()) << api_or.status().ToString();
-  const cuda::DriverApi& api = **api_or;
   Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
   ASSERT_TRUE(daemon.ok());
   Client client = Client::connect(daemon.socket_dir());
   cuda::ScopedDevice on(0);
   ASSERT_TRUE(on.status().ok());
-  cudaStream_t stream = nullptr, opener = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreateWithFlags(&opener, cudaStreamNonBlocking), cudaSuccess);
-  void* gate = nullptr;
-  ASSERT_EQ(cudaMalloc(&gate, 8), cudaSuccess);
-  ASSERT_EQ(cudaMemset(gate, 0, 8), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto gate_word = reinterpret_cast<CUdeviceptr>(gate);
-  bool opened = false;
-  auto open_gate = [&] {
-    if (opened) return;
-    opened = true;
-    EXPECT_EQ(api.cuStreamWriteValue64(reinterpret_cast<CUstream>(opener), gate_word, 1,
-                                       CU_STREAM_WRITE_VALUE_DEFAULT),
-              CUDA_SUCCESS);
-    EXPECT_EQ(cudaStreamSynchronize(opener), cudaSuccess);
-  };
-  ASSERT_EQ(api.cuStreamWaitValue64(reinterpret_cast<CUstream>(stream), gate_word, 1,
-                                    CU_STREAM_WAIT_VALUE_GEQ),
-            CUDA_SUCCESS);
+  HeldStream held(**api_or);
+  ASSERT_TRUE(held.ok());
+  cudaStream_t stream = held.get();
 
   // A published buffer, written and sealed on the held stream, and one
   // this client made and never published.
@@ -237,33 +279,25 @@ TEST(GpuFastPath, AReleaseOnAStreamGivesTheMemoryBackOnceItsWorkIsDone) {
   void* const shared_ptr = shared.data();
   void* const local_ptr = local.data();
 
-  auto released = std::async(std::launch::async, [&] {
+  ASSERT_TRUE(ReturnsWithoutWaiting(held, [&] {
     shared.release_on(stream);
     local.release_on(stream);
-  });
-  if (released.wait_for(10s) != std::future_status::ready) {
-    open_gate();
-    released.wait();
-    FAIL() << "release_on waited for the stream's work";
-  }
-  released.get();
-  struct OpenAtExit {
-    std::function<void()> open;
-    ~OpenAtExit() { open(); }
-  } open_at_exit{open_gate};  // before any handle below synchronizes the device
+  })) << "release_on waited for the stream's work";
+  Buffer next;
+  auto open_at_exit = held.OpenAtExit();
   EXPECT_FALSE(shared.valid());
   EXPECT_FALSE(local.valid());
   EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the stream's work is still held";
   EXPECT_EQ(client.stats().pending_releases, 2u);
 
-  Buffer next = client.allocate(kMiB);
+  next = client.allocate(kMiB);
   EXPECT_NE(next.data(), shared_ptr) << "memory in use by the stream served a new buffer";
   EXPECT_NE(next.data(), local_ptr) << "memory in use by the stream served a new buffer";
   EXPECT_EQ(client.stats().pending_releases, 2u);
   Helper reader(daemon.socket_dir());
   reader.Ok("open r stream.release");  // not freed yet: the owner's release waits
 
-  open_gate();
+  held.Open();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   next.release();
   Buffer after = client.allocate(kMiB);  // gives back the releases whose work is done
@@ -275,9 +309,55 @@ TEST(GpuFastPath, AReleaseOnAStreamGivesTheMemoryBackOnceItsWorkIsDone) {
       << "the owner's deferred release freed the buffer";
   reader.Ok("release r");
   after.release();
-  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
-  EXPECT_EQ(cudaStreamDestroy(opener), cudaSuccess);
-  EXPECT_EQ(cudaFree(gate), cudaSuccess);
+}
+
+// release() of a small buffer this client made and never published does not
+// synchronize the device each time: its block waits, out of the allocator,
+// for one synchronize shared by a batch of such releases. While work queued
+// before the release may still write the block, the call returns and no new
+// buffer gets the block; trim synchronizes and gives the blocks back, and
+// the 64th release of a batch does too.
+TEST(GpuFastPath, AReleasedBlockServesNoBufferUntilTheDeviceSynchronizes) {
+  SKIP_WITHOUT_GPU();
+  auto api_or = cuda::DriverApi::Get();
+  ASSERT_TRUE(api_or.ok()) << api_or.status().ToString();
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  Client client = Client::connect(daemon.socket_dir());
+  cuda::ScopedDevice on(0);
+  ASSERT_TRUE(on.status().ok());
+  HeldStream held(**api_or);
+  ASSERT_TRUE(held.ok());
+
+  Buffer written = client.allocate(4096);
+  ASSERT_EQ(cudaMemsetAsync(written.data(), 3, 4096, held.get()), cudaSuccess);
+  void* const written_ptr = written.data();
+  ASSERT_TRUE(ReturnsWithoutWaiting(held, [&] { written.release(); }))
+      << "release() waited for the device";
+  std::vector<Buffer> next;
+  auto open_at_exit = held.OpenAtExit();
+  EXPECT_EQ(client.stats().unsynced_releases, 1u);
+  EXPECT_EQ(client.stats().in_use_blocks, 1u) << "the block is still in use";
+  for (int i = 0; i < 8; ++i) {
+    next.push_back(client.allocate(4096));
+    EXPECT_NE(next.back().data(), written_ptr) << "a block the device may still write was reused";
+  }
+  EXPECT_EQ(cudaStreamQuery(held.get()), cudaErrorNotReady) << "the stream's work is still held";
+
+  held.Open();
+  ASSERT_EQ(cudaStreamSynchronize(held.get()), cudaSuccess);
+  next.clear();  // eight more releases, still below the batch
+  EXPECT_EQ(client.stats().unsynced_releases, 9u);
+  client.trim();
+  EXPECT_EQ(client.stats().unsynced_releases, 0u);
+  EXPECT_EQ(client.stats().in_use_blocks, 0u);
+
+  for (int i = 0; i < 64; ++i) next.push_back(client.allocate(4096));
+  for (int i = 0; i < 63; ++i) next[i].release();
+  EXPECT_EQ(client.stats().unsynced_releases, 63u);
+  next[63].release();  // the batch is full: one synchronize for all of it
+  EXPECT_EQ(client.stats().unsynced_releases, 0u);
+  EXPECT_EQ(client.stats().in_use_blocks, 0u);
 }
 
 }  // namespace

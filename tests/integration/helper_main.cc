@@ -226,6 +226,7 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
            " in_use_bytes=" + std::to_string(s.in_use_bytes) +
            " quarantined_bytes=" + std::to_string(s.quarantined_bytes) +
            " pending_releases=" + std::to_string(s.pending_releases) +
+           " unsynced_releases=" + std::to_string(s.unsynced_releases) +
            " maps_mapped=" + std::to_string(s.maps_mapped) +
            " maps_imported=" + std::to_string(s.maps_imported) +
            " maps_cached=" + std::to_string(s.maps_cached) +

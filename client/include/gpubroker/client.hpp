@@ -127,6 +127,14 @@ class GPUBROKER_API Buffer {
 
   /// @brief Unmaps and drops the lease now (what the destructor does), but
   /// reports errors. The handle is empty afterwards.
+  ///
+  /// On a GPU the memory serves nothing else until all of the device's work
+  /// queued before the release is complete, as with cudaFree: the release
+  /// synchronizes the device first. A small buffer this client made and
+  /// never published is the exception in cost, not in guarantee: its block
+  /// waits, out of the allocator, for one synchronize shared by a batch of
+  /// such releases (64 blocks or 16 MiB; or when an allocation needs them,
+  /// at trim(), when the client ends), so the call does not wait.
   /// @throws Error when the daemon refuses; UnavailableError when it is gone.
   void release();
 
@@ -134,7 +142,7 @@ class GPUBROKER_API Buffer {
   /// cudaStream_t; nullptr: the legacy default stream) so far is complete,
   /// without waiting for it: what a CUDA caching allocator does with a
   /// block freed on a stream. release() and the destructor instead wait for
-  /// all of the device's work first (cudaDeviceSynchronize), as cudaFree does.
+  /// all of the device's work (cudaDeviceSynchronize), as cudaFree does.
   ///
   /// The handle is empty at once. Until the work is done the memory stays
   /// this client's (the lease is held, a client-made block is not handed out

@@ -184,12 +184,13 @@ struct ConnectOptions {
 /// since connect; the books of its own allocator as of now.
 struct ClientStats {
   // Allocations.
-  uint64_t client_made = 0;       ///< served by the client's own allocator: no call
-  uint64_t cache_hits = 0;        ///< of those, by the calling thread's cache
-  uint64_t daemon_session = 0;    ///< made by the daemon, asked on session.sock
-  uint64_t daemon_grpc = 0;       ///< made by the daemon, asked through gRPC (large, shared)
-  uint64_t publishes = 0;         ///< client-made buffers made known to the daemon
-  uint64_t pending_releases = 0;  ///< release_on()s waiting for their stream's work, now
+  uint64_t client_made = 0;        ///< served by the client's own allocator: no call
+  uint64_t cache_hits = 0;         ///< of those, by the calling thread's cache
+  uint64_t daemon_session = 0;     ///< made by the daemon, asked on session.sock
+  uint64_t daemon_grpc = 0;        ///< made by the daemon, asked through gRPC (large, shared)
+  uint64_t publishes = 0;          ///< client-made buffers made known to the daemon
+  uint64_t pending_releases = 0;   ///< release_on()s waiting for their stream's work, now
+  uint64_t unsynced_releases = 0;  ///< release()d blocks of its own waiting for one device sync
   // Opens (and the owner's own map of a daemon-made buffer).
   uint64_t maps_mapped = 0;    ///< the memory was mapped already (arena, slab): a pointer
   uint64_t maps_imported = 0;  ///< imported and mapped anew
