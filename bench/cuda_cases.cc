@@ -353,20 +353,59 @@ int RunCuda(const Options& o) {
   Samples& bare_vmm64_map = add("  of which B's import+map (bare, 64 MiB)");
   Samples& bare_vmm64_create = add("  and before it, cuMemCreate in A (untimed above)");
   Samples& ping = add("A <-> B round trip (bare Unix socket)");
-  Samples& seal_wait = add("seal + wait: A seals, B's Open(wait)+stream wait return");
-  Samples& seal_wait_call = add("  of which A's seal call");
-  Samples& seal_wait_open = add("  of which until B's Open(wait) returned");
+  struct SealWaitRows {
+    Samples* total;
+    Samples* call;
+    Samples* open;
+    Samples* sync;
+  };
+  SealWaitRows seal_wait{&add("seal + wait: A seals, B's Open(wait)+stream wait return"),
+                         &add("  of which A's seal call"),
+                         &add("  of which until B's Open(wait) returned"),
+                         &add("  of which B's stream synchronize after its Open")};
+  // The same with A querying its stream after the seal, which makes the
+  // driver submit the fence write at once: whether B's stream waits for a
+  // write that A's process has not yet submitted.
+  SealWaitRows seal_wait_flush{&add("  variant: A queries its stream after the seal (total)"),
+                               &add("    of which A's seal call and query"),
+                               &add("    of which until B's Open(wait) returned"),
+                               &add("    of which B's stream synchronize after its Open")};
+  // B waits in Open for a name; A seals it after 2 ms, so that B is parked.
+  auto seal_and_wait = [&](int i, const SealWaitRows& rows, bool keep, bool flush) {
+    AllocateOptions ao;
+    ao.name = StrCat("bench.seal.", flush ? "flush." : "", i);
+    Buffer b = client.allocate(64 * kMiB, ao);
+    Msg m;
+    m.op = kOpenWait;
+    std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
+    Send(peer.fd(), m);
+    Receive(peer.fd());  // B is about to wait
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const uint64_t t0 = NowNs();
+    b.seal(stream);
+    if (flush) (void)cudaStreamQuery(stream);
+    const uint64_t sealed = NowNs();
+    const Msg r = Receive(peer.fd());
+    if (keep) {
+      rows.total->us.push_back(static_cast<double>(r.a - t0) / 1e3);
+      rows.call->us.push_back(static_cast<double>(sealed - t0) / 1e3);
+      rows.open->us.push_back(static_cast<double>(r.b - t0) / 1e3);
+      rows.sync->us.push_back(static_cast<double>(r.a - r.b) / 1e3);
+    }
+    ReleasePeer(peer.fd());
+    b.release();
+  };
   // The round trip under seal + wait's conditions: both ends idle for 2 ms
   // first, so each hop wakes a sleeping thread, as the seal's two hops do
   // (A to the daemon, the daemon to B).
   Samples& cold_ping = add("A <-> B round trip after 2 ms idle (bare Unix socket)");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   const int n64 = o.iterations;
   for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
-    Samples scratch[9];
+    Samples scratch[10];
     for (int c : order) {
       static const char* const kCase[] = {"echo",
                                           "Allocate 64 MiB",
@@ -376,7 +415,8 @@ int RunCuda(const Options& o) {
                                           "seal + wait",
                                           "ping",
                                           "broker share 64 MiB, flushed",
-                                          "ping after 2 ms idle"};
+                                          "ping after 2 ms idle",
+                                          "seal + wait, flushed"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -401,29 +441,9 @@ int RunCuda(const Options& o) {
           bare_vmm_share(64 * kMiB, keep ? bare_vmm64 : scratch[6],
                          keep ? bare_vmm64_map : scratch[6], keep ? bare_vmm64_create : scratch[6]);
           break;
-        case 5: {
-          AllocateOptions ao;
-          ao.name = StrCat("bench.seal.", i);
-          Buffer b = client.allocate(64 * kMiB, ao);
-          Msg m;
-          m.op = kOpenWait;
-          std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
-          Send(peer.fd(), m);
-          Receive(peer.fd());  // B is about to wait
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-          const uint64_t t0 = NowNs();
-          b.seal(stream);
-          const uint64_t sealed = NowNs();
-          const Msg r = Receive(peer.fd());
-          if (keep) {
-            seal_wait.us.push_back(static_cast<double>(r.a - t0) / 1e3);
-            seal_wait_call.us.push_back(static_cast<double>(sealed - t0) / 1e3);
-            seal_wait_open.us.push_back(static_cast<double>(r.b - t0) / 1e3);
-          }
-          ReleasePeer(peer.fd());
-          b.release();
+        case 5:
+          seal_and_wait(i, seal_wait, keep, false);
           break;
-        }
         case 6: {
           const auto t0 = std::chrono::steady_clock::now();
           Msg m;
@@ -434,6 +454,9 @@ int RunCuda(const Options& o) {
         }
         case 7:
           broker_share(64 * kMiB, flush64, keep, true);
+          break;
+        case 9:
+          seal_and_wait(i, seal_wait_flush, keep, true);
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -809,8 +832,8 @@ int RunCuda(const Options& o) {
   }
   share64.open->baseline = "goal: 100 us";
   share64.open->baseline_us = 100;
-  seal_wait.baseline = "2 x round trip after 2 ms idle (want <= 1x)";
-  seal_wait.baseline_us = 2 * cold_ping.p50();
+  seal_wait.total->baseline = "2 x round trip after 2 ms idle (want <= 1x)";
+  seal_wait.total->baseline_us = 2 * cold_ping.p50();
   for (const SizeRows& r : by_size) {
     if (torch_rows.count(r.size) != 0) {
       r.share.total->baseline = "torch.mp (want <= 0.2x)";
