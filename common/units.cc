@@ -109,6 +109,8 @@ std::string FormatBytes(uint64_t bytes) {
   return absl::StrFormat("%.2f %s", value, kUnits[unit]);
 }
 
+std::string FormatMicros(double us) { return absl::StrFormat("%.1f us", us); }
+
 absl::StatusOr<uint64_t> ParseDurationMs(std::string_view text) {
   text = Trim(text);
   auto [number, unit] = SplitNumber(text);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,6 +30,13 @@ absl::StatusOr<SizeOrShare> ParseSizeOrShare(std::string_view text);
 
 /// Formats bytes for people: "64 MiB", "1.50 GiB", "512 B".
 std::string FormatBytes(uint64_t bytes);
+
+/// Formats microseconds for a log line: "12.3 us".
+std::string FormatMicros(double us);
+template <typename Rep, typename Period>
+std::string FormatMicros(std::chrono::duration<Rep, Period> d) {
+  return FormatMicros(std::chrono::duration<double, std::micro>(d).count());
+}
 
 /// Parses a duration: "500ms", "30s", "5m", "2h", "1d"; a bare number is seconds.
 absl::StatusOr<uint64_t> ParseDurationMs(std::string_view text);

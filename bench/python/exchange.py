@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import random
 import time
 from multiprocessing.reduction import ForkingPickler
@@ -27,6 +28,38 @@ import gpubroker
 now = time.perf_counter_ns
 # A channel waits in a blocking call before A starts: long enough for B to be in it.
 PARK_S = 0.002
+
+
+# How a process waits on its channel ------------------------------------------------
+#
+# Asleep (the default): in a blocking read, as a process with nothing else to
+# do waits; the kernel parks it and the message wakes it, on a CPU that may
+# have halted meanwhile. Awake: polling the channel without blocking until
+# something is there, as a busy pipeline's processes are on their CPUs when a
+# hand-over comes. Both sides of every case wait the same way in one run;
+# only the broker's own waits (open(wait=True)) keep the library's behaviour.
+
+
+def receive_bytes(conn: Any, awake: bool) -> bytes:
+    if awake:
+        while not conn.poll(0):
+            os.sched_yield()
+    return conn.recv_bytes()
+
+
+def receive(conn: Any, awake: bool) -> Any:
+    return ForkingPickler.loads(receive_bytes(conn, awake))
+
+
+def take(q: Any, awake: bool) -> Any:
+    """Queue.get, or polling it without blocking when awake."""
+    if not awake:
+        return q.get()
+    while True:
+        try:
+            return q.get(block=False)
+        except queue.Empty:
+            os.sched_yield()
 
 
 def clock_is_shared() -> bool:
@@ -182,7 +215,8 @@ def label(case: str, gpu: bool, producer: str = "torch") -> str:
 # B: the child -------------------------------------------------------------------
 
 
-def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds: List[str]) -> None:
+def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds: List[str],
+          awake: bool) -> None:  # fmt: skip
     """B's loop: one message per case on the Pipe, stamps kept for the end."""
     try:
         import torch.multiprocessing  # noqa: F401  (tensors' reductions for the Pipe)
@@ -193,7 +227,7 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
     stamps: Dict[Tuple[str, int], List[int]] = {}
     conn.send("ready")
     while True:
-        raw = conn.recv_bytes()
+        raw = receive_bytes(conn, awake)
         t_recv = now()
         msg = ForkingPickler.loads(raw)
         t_loaded = now()
@@ -250,7 +284,7 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
             stamps[case, i] = [t_recv, t_loaded, t_wrap, t_write, t_sync, t_answer, now()]
         elif case == "tmp-queue-torch":
             conn.send("parked")
-            t = inbox.get()
+            t = take(inbox, awake)
             t_got = now()
             fw.write(t)
             t_write = now()
@@ -265,7 +299,7 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
             stamps[case, i] = [t_recv, t_loaded]
         elif case == "queue-ping":
             conn.send("parked")
-            inbox.get()
+            take(inbox, awake)
             t_got = now()
             outbox.put(1)
             stamps[case, i] = [t_got]
@@ -280,8 +314,9 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
 class Run:
     """A's side of every case against one child B."""
 
-    def __init__(self, socket_dir: str, gpu: bool, cases: List[str]):
+    def __init__(self, socket_dir: str, gpu: bool, cases: List[str], awake: bool = False):
         self.gpu = gpu
+        self.awake = awake
         self.producer = Producer(gpu)
         if self.producer.torch is None:
             cases = [c for c in cases if c not in NEEDS_TORCH and not c.startswith("tmp-")]
@@ -295,7 +330,7 @@ class Run:
             ctx = mp.get_context("spawn")
         self.conn, child_end = ctx.Pipe()
         self.inbox, self.outbox = ctx.Queue(), ctx.Queue()
-        args = (child_end, self.inbox, self.outbox, socket_dir, gpu, kinds)
+        args = (child_end, self.inbox, self.outbox, socket_dir, gpu, kinds, awake)
         self.proc = ctx.Process(target=child, args=args, daemon=True)
         self.proc.start()
         child_end.close()  # B's end is B's alone: its death is an EOF here
@@ -322,7 +357,7 @@ class Run:
         self.conn.send_bytes(ForkingPickler.dumps(msg))  # what Connection.send does
 
     def _settle(self, expect: str = "done") -> None:
-        got = self.conn.recv()
+        got = receive(self.conn, self.awake)
         assert got == expect, f"B said {got!r}, not {expect!r}"
 
     def _park(self, msg: Any) -> None:
@@ -349,7 +384,7 @@ class Run:
             t3 = now()
             if case != "broker-wait-cupy":
                 self._send((case, i, name))
-            self.conn.recv()
+            receive(self.conn, self.awake)
             t_end = now()
             del x
             buf.release()
@@ -368,7 +403,7 @@ class Run:
             raw = ForkingPickler.dumps((case, i, x))  # torch's IPC export of the storage
             t2 = now()
             self.conn.send_bytes(raw)
-            self.conn.recv()
+            receive(self.conn, self.awake)
             t_end = now()
             del x, raw
             self.after[case, i] = now() - t_end
@@ -380,7 +415,7 @@ class Run:
             x = p.empty(size)
             t1 = now()
             self.inbox.put(x)  # pickled and written by the Queue's feeder thread
-            self.outbox.get()
+            take(self.outbox, self.awake)
             t_end = now()
             del x
             self.after[case, i] = now() - t_end
@@ -393,20 +428,20 @@ class Run:
             raw = ForkingPickler.dumps((case, i, host))
             t2 = now()
             self.conn.send_bytes(raw)
-            self.conn.recv()
+            receive(self.conn, self.awake)
             t_end = now()
             del host, raw
             m = [("start", t0), ("A: to host", t1), ("A: pickle", t2), ("end", t_end)]
         elif case == "pipe-ping":
             t0 = now()
             self._send((case, i))
-            self.conn.recv()
+            receive(self.conn, self.awake)
             m = [("start", t0), ("end", now())]
         elif case == "queue-ping":
             self._park((case, i))
             t0 = now()
             self.inbox.put(1)
-            self.outbox.get()
+            take(self.outbox, self.awake)
             m = [("start", t0), ("end", now())]
         self.marks[case, i] = m
         self._settle()
@@ -431,7 +466,7 @@ class Run:
             for i in range(1 + copy_iterations):
                 self.one("copy", size, i)
         self._send(("report",))
-        b_stamps = self.conn.recv()
+        b_stamps = self.conn.recv()  # outside any timed window
         out: Dict[str, Any] = {}
         for case in self.cases:
             first = 1 if case == "copy" else warmup

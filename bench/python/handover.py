@@ -11,6 +11,10 @@
    everywhere; on a GPU (torch in A, CuPy or torch in B) where torch, CuPy
    and a CUDA device are there.
 
+Each process waits on its channel asleep (a blocking read: the default) or
+awake (polling it, as a busy pipeline's processes are on their CPUs);
+--channel-wait both runs the hand-overs both ways, one after the other.
+
 Prints tables (p50/p99 in microseconds, each hand-over's steps, what followed
 the answer) and ratios; --json-out writes them. --quick: fewer iterations
 (the GPU part then takes well under a minute after its processes start).
@@ -21,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import exchange
 import gpubroker
@@ -35,7 +41,7 @@ from stats import row
 MiB = 1 << 20
 
 
-def start_daemon(backend: str):
+def start_daemon(backend: str, busy_poll_us: Optional[int] = None):
     d = tempfile.mkdtemp(prefix="gpubroker-bench-")
     bin_dir = os.environ.get("GPUBROKER_BIN_DIR") or str(
         Path(gpubroker.library_path()).resolve().parent.parent / "bin")
@@ -43,11 +49,44 @@ def start_daemon(backend: str):
             "--backend", backend, "--log-level", "warn"]  # fmt: skip
     if backend == "host":
         argv += ["--host-pool-bytes", "4GiB"]
+    if busy_poll_us is not None:
+        argv += ["--busy-poll-us", str(busy_poll_us)]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if not line:
         raise RuntimeError(p.stderr.read().strip().splitlines()[-1])
+    m = re.search(r"metrics (\S+)", line)
+    p.metrics_address = m.group(1).rstrip(",") if m else ""
     return p, d
+
+
+def daemon_calls(address: str) -> Dict[str, Tuple[float, float]]:
+    """The daemon's own time on session.sock per kind of call: (seconds, calls)
+    so far, from its metrics; empty when they cannot be read."""
+    if not address:
+        return {}
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: Dict[str, List[float]] = {}
+    for kind, call, value in re.findall(
+            r'^gpubroker_session_call_duration_seconds_(sum|count)\{call="([^"]+)"\} (\S+)$',
+            text, re.M):  # fmt: skip
+        out.setdefault(call, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def daemon_time_per_call(before: Dict[str, Tuple[float, float]],
+                         after: Dict[str, Tuple[float, float]]) -> Dict[str, Any]:  # fmt: skip
+    """Mean microseconds of the daemon's own work per call between two reads."""
+    out = {}
+    for call, (sec, n) in after.items():
+        sec0, n0 = before.get(call, (0.0, 0.0))
+        if n > n0:
+            out[call] = {"mean_us": round((sec - sec0) / (n - n0) * 1e6, 2), "calls": int(n - n0)}
+    return out
 
 
 def size_label(size: int) -> str:
@@ -76,7 +115,8 @@ def summarize(gpu: bool, producer: str,
     return out
 
 
-def print_handover(title: str, by_size: Dict[str, Dict[str, Any]]) -> None:
+def print_handover(title: str, by_size: Dict[str, Dict[str, Any]],
+                   daemon_time: Dict[str, Dict[str, Any]]) -> None:  # fmt: skip
     for label, cases in by_size.items():
         n = max(c["total"]["n"] for c in cases.values())
         print(f"== {title}, {label} (p50 / p99 us; {n} iterations, steps add up to the total)")
@@ -96,6 +136,10 @@ def print_handover(title: str, by_size: Dict[str, Dict[str, Any]]) -> None:
             if w:
                 print(f"      [issue #12's steps of it, summed per iteration]{'':<14} "
                       f"{w['p50_us']:>9.1f} {w['p99_us']:>9.1f}")  # fmt: skip
+        calls = daemon_time.get(label)
+        if calls:
+            print("  the daemon's own time per call on session.sock, mean over this size's cases: " +
+                  ", ".join(f"{k} {v['mean_us']} us ({v['calls']})" for k, v in calls.items()))
 
 
 # (ours, theirs, what the comparison is): ratio = theirs' p50 / ours' p50.
@@ -178,27 +222,41 @@ def print_ratios(title: str, rs: Dict[str, Any], targets: bool) -> None:
                           f"{v['ratio']:.2f}x, {verdict}")  # fmt: skip
 
 
-def handover(backend: str, sizes: List[int], args: argparse.Namespace) -> Dict[str, Any]:
+def handover(backend: str, sizes: List[int], args: argparse.Namespace,
+             awake: bool) -> Dict[str, Any]:  # fmt: skip
     gpu = backend == "cuda"
-    daemon, d = start_daemon(backend)
+    daemon, d = start_daemon(backend, args.busy_poll_us)
     try:
-        run = exchange.Run(d, gpu, list(exchange.CASES))
+        run = exchange.Run(d, gpu, list(exchange.CASES), awake)
         try:
             by_size = {}
+            daemon_time = {}
             for size in sizes:
                 copies = args.copy_iterations
                 if size >= 1 << 30:  # seconds each: half as many
                     copies = max(1, copies // 2)
+                before = daemon_calls(daemon.metrics_address)
                 rows = run.run(size, args.iterations, args.warmup, copies)
+                daemon_time[size_label(size)] = daemon_time_per_call(
+                    before, daemon_calls(daemon.metrics_address))
                 by_size[size_label(size)] = summarize(gpu, run.producer.name, rows)
-                print(f"  {backend} {size_label(size)}: done", file=sys.stderr)
+                print(f"  {backend} {size_label(size)}{WAITS[awake]}: done", file=sys.stderr)
         finally:
             run.close()
     finally:
         daemon.terminate()
         daemon.wait()
-    return {"producer": run.producer.name, "sizes": by_size,
+    return {"producer": run.producer.name, "channel_wait": "awake" if awake else "asleep",
+            "sizes": by_size, "daemon_time_per_call": daemon_time,
             "ratios": ratios(gpu, run.producer.name, by_size)}
+
+
+# How the processes wait on their channel, as the titles say it.
+WAITS = {False: "", True: ", waiting awake on the channel"}
+
+
+def modes(arg: str) -> List[bool]:
+    return {"asleep": [False], "awake": [True], "both": [False, True]}[arg]
 
 
 def gpu_available() -> str:
@@ -223,6 +281,11 @@ def main() -> None:
                     help="which of overhead, host, gpu to run (comma-separated)")
     ap.add_argument("--host-sizes", default="1,64", help="MiB, comma-separated")
     ap.add_argument("--gpu-sizes", default="64,1024", help="MiB, comma-separated")
+    ap.add_argument("--channel-wait", choices=["asleep", "awake", "both"], default="asleep",
+                    help="how both processes wait on their channel: in a blocking read "
+                         "(asleep), polling it (awake), or each in turn (both)")  # fmt: skip
+    ap.add_argument("--busy-poll-us", type=int,
+                    help="the daemon's --busy-poll-us for the hand-overs (default: its own)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     if args.quick:
@@ -260,19 +323,23 @@ def main() -> None:
 
     mib = lambda s: [int(x) * MiB for x in s.split(",") if x]  # noqa: E731
     if "host" in parts:
-        h = handover("host", mib(args.host_sizes), args)
-        report.setdefault("handover", {})["host"] = h
-        print_handover(f"Hand-over of host memory ({h['producer']} in A)", h["sizes"])
-        print_ratios("host memory", h["ratios"], targets=False)
+        for awake in modes(args.channel_wait):
+            h = handover("host", mib(args.host_sizes), args, awake)
+            report.setdefault("handover", {})["host-awake" if awake else "host"] = h
+            print_handover(f"Hand-over of host memory ({h['producer']} in A){WAITS[awake]}",
+                           h["sizes"], h["daemon_time_per_call"])  # fmt: skip
+            print_ratios(f"host memory{WAITS[awake]}", h["ratios"], targets=False)
     if "gpu" in parts:
         why = gpu_available()
         if why:
             print(f"== GPU hand-over: skipped ({why})")
         else:
-            g = handover("cuda", mib(args.gpu_sizes), args)
-            report.setdefault("handover", {})["cuda"] = g
-            print_handover("PyTorch in A to CuPy or torch in B, on the GPU", g["sizes"])
-            print_ratios("GPU", g["ratios"], targets=True)
+            for awake in modes(args.channel_wait):
+                g = handover("cuda", mib(args.gpu_sizes), args, awake)
+                report.setdefault("handover", {})["cuda-awake" if awake else "cuda"] = g
+                print_handover(f"PyTorch in A to CuPy or torch in B, on the GPU{WAITS[awake]}",
+                               g["sizes"], g["daemon_time_per_call"])  # fmt: skip
+                print_ratios(f"GPU{WAITS[awake]}", g["ratios"], targets=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
 

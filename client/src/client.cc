@@ -98,7 +98,12 @@ void Buffer::seal(void* stream) {
   impl_->CheckProcess();
   if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
+  const auto fence_start = std::chrono::steady_clock::now();
   mapping_->RecordReady(stream);
+  if (detail::ClientImpl::DebugOn()) {
+    detail::ClientImpl::Debug(StrCat("seal: fence recorded in ",
+                                     FormatMicros(std::chrono::steady_clock::now() - fence_start)));
+  }
   if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
     AdoptPublished(info_, impl_->Publish(*block, info_, true));  // name and seal in one frame
     return;
@@ -391,6 +396,9 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
   if (on_session && impl_->Call(std::move(call), &reply,
                                 options.wait ? options.timeout : std::chrono::milliseconds(0))) {
     resp = std::move(*reply.mutable_open());
+    if (detail::ClientImpl::DebugOn())
+      detail::ClientImpl::Debug(
+          StrCat("open buffer ", resp.buffer().id(), detail::ClientImpl::CallTiming()));
   } else {
     grpc::ClientContext ctx;
     impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));

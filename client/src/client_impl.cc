@@ -241,6 +241,7 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
   // here already (an arena, a slab: a pointer), was kept mapped from a
   // buffer before (the mapping cache), or had to be imported.
   Path path = Path::kImported;
+  const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Mapping> m = MapMemory(import, id, &path);
   Count(path);
   if (DebugOn()) {
@@ -249,7 +250,8 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
         : path == Path::kCached
             ? "mapping-cache hit"
             : (import.allocation_id() != 0 ? "imported (mapping-cache miss)" : "imported");
-    Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size()), "): ", how));
+    Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size()), "): ", how, " in ",
+                 FormatMicros(std::chrono::steady_clock::now() - start)));
   }
   return m;
 }

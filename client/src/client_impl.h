@@ -133,6 +133,15 @@ class SessionChannel {
   /// Tells the daemon that this session ends on purpose ("closed", not "died").
   void SayGoodbye() noexcept;
 
+  /// How the calling thread's last call went, for the debug log: where a
+  /// slow call spent its time.
+  struct Timing {
+    double send_us = 0;    ///< writing the frame
+    double answer_us = 0;  ///< from then until its answer was in
+    const char* how = "";  ///< how the answer was read
+  };
+  static const Timing& LastTiming();
+
  private:
   // Where the answer to one request lands.
   struct Slot {
@@ -149,7 +158,8 @@ class SessionChannel {
   /// Reads what arrives within `timeout` and hands each frame to its slot,
   /// polling the socket for up to `spin` before it blocks. The reader's role
   /// is held (reading_); `lock` is released while reading.
-  void ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
+  /// True when what it read arrived while it was waiting awake.
+  bool ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
                 std::chrono::microseconds spin);
   void Dispatch(v1::SessionFrame frame);  // under mu_
   /// Gives back the leases of Opens answered after their caller gave up.
@@ -309,6 +319,8 @@ class ClientImpl {
   /// it took ("allocate 4 KiB: client-made").
   static bool DebugOn();
   static void Debug(const std::string& line);
+  /// How this thread's last session call went, for a Debug line.
+  static std::string CallTiming();
 
  private:
   /// A region of the session's tenant, fetched once; `fetched`: it was

@@ -127,6 +127,12 @@ bool ClientImpl::DebugOn() {
   return on;
 }
 
+std::string ClientImpl::CallTiming() {
+  const SessionChannel::Timing& t = SessionChannel::LastTiming();
+  return StrCat("; the call: frame written in ", FormatMicros(t.send_us), ", answered ",
+                FormatMicros(t.answer_us), " later, ", t.how);
+}
+
 void ClientImpl::Debug(const std::string& line) {
   if (DebugOn()) std::fprintf(stderr, "gpubroker: %s\n", line.c_str());
 }
@@ -281,7 +287,8 @@ BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, boo
   publishes_++;
   BufferInfo out = FromProto(reply.publish().buffer());
   if (DebugOn())
-    Debug(StrCat("publish", seal ? "+seal" : "", " ", FormatBytes(lb.size), ": buffer ", out.id));
+    Debug(StrCat("publish", seal ? "+seal" : "", " ", FormatBytes(lb.size), ": buffer ", out.id,
+                 CallTiming()));
   return out;
 }
 

@@ -24,7 +24,15 @@ uint64_t RequestIdOf(const v1::SessionFrame& f) {
   return 0;
 }
 
+double MicrosSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+}
+
+thread_local SessionChannel::Timing last_timing;
+
 }  // namespace
+
+const SessionChannel::Timing& SessionChannel::LastTiming() { return last_timing; }
 
 SessionChannel::SessionChannel(const std::string& path, const std::string& client_name,
                                std::chrono::milliseconds timeout, std::chrono::microseconds spin)
@@ -131,7 +139,7 @@ void SessionChannel::Dispatch(v1::SessionFrame frame) {
   it->second->done = true;
 }
 
-void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
+bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
                               std::chrono::microseconds spin) {
   lock.unlock();
   char buf[16 * 1024];
@@ -158,18 +166,18 @@ void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
     if (readable.ok()) got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
   }
   lock.lock();
-  if (readable.code() == absl::StatusCode::kDeadlineExceeded) return;
+  if (readable.code() == absl::StatusCode::kDeadlineExceeded) return false;
   if (!readable.ok()) {
     ended_ = absl::UnavailableError(StrCat("session.sock: ", View(readable.message())));
-    return;
+    return false;
   }
   if (!got.ok()) {
     ended_ = absl::UnavailableError(StrCat("session.sock: ", View(got.status().message())));
-    return;
+    return false;
   }
   if (got->eof) {
     ended_ = absl::UnavailableError("gpubrokerd closed the session");
-    return;
+    return false;
   }
   for (auto& r : received) fds_.push_back(std::move(r));
   decoder_.Append(std::string_view(buf, got->bytes));
@@ -178,11 +186,12 @@ void SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
     if (!frame.ok()) {
       ended_ = absl::InternalError(
           StrCat("session.sock: bad frame from the daemon: ", View(frame.status().message())));
-      return;
+      return false;
     }
-    if (!frame->has_value()) return;
+    if (!frame->has_value()) return arrived;
     Dispatch(std::move(**frame));
   }
+  return arrived;
 }
 
 void SessionChannel::ReleaseOrphans() {
@@ -205,7 +214,8 @@ void SessionChannel::ReleaseOrphans() {
 
 v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
                                           std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
   Slot slot;
   {
     std::lock_guard lock(mu_);
@@ -222,8 +232,10 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
     slots_.erase(id);
     ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
   }
+  const auto sent = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   bool read = false;
+  bool awake = false;
   while (!slot.done) {
     if (!ended_.ok()) {
       slots_.erase(id);
@@ -241,14 +253,19 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
     // Nobody reads: this caller reads for everyone until its own answer is in.
     reading_ = true;
     read = true;
-    ReadSome(lock,
-             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
-                 std::chrono::milliseconds(1),
-             spin_);
+    awake = ReadSome(lock,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                         std::chrono::milliseconds(1),
+                     spin_);
     reading_ = false;
     answered_.notify_all();
   }
   slots_.erase(id);
+  last_timing.send_us = std::chrono::duration<double, std::micro>(sent - start).count();
+  last_timing.answer_us = MicrosSince(sent);
+  last_timing.how = !read   ? "read by another caller"
+                    : awake ? "while waiting awake"
+                            : "after blocking";
   const bool orphans = !orphans_.empty();
   lock.unlock();
   if (read && orphans) ReleaseOrphans();

@@ -204,7 +204,8 @@ TEST(MappingCache, TheSessionSocketServesLargeAllocationsOnlyFromKeptMemory) {
 }
 
 // No silent slow paths: with GPUBROKER_LOG=debug a client says, for each
-// allocation and each map, which path it took.
+// allocation and each map, which path it took, and for each publish and
+// open on session.sock how long its call took and how the answer was read.
 TEST(MappingCache, TheDebugLogSaysWhichPathEachAllocationAndMapTook) {
   Daemon daemon(SmallPool());
   ASSERT_TRUE(daemon.ok());
@@ -224,6 +225,9 @@ TEST(MappingCache, TheDebugLogSaysWhichPathEachAllocationAndMapTook) {
   a.Ok("alloc x 4194304");  // the daemon's, on session.sock, from kept memory
   a.Ok("release x");
   a.Ok("evict");
+  a.Ok("alloc p 4096 name=published");
+  a.Ok("seal p");  // published and sealed in one call
+  a.Ok("open q published");
   std::ifstream in(log);
   std::stringstream text;
   text << in.rdbuf();
@@ -233,7 +237,9 @@ TEST(MappingCache, TheDebugLogSaysWhichPathEachAllocationAndMapTook) {
         "allocate 4 MiB: the daemon's, on gRPC (no kept allocation) (host-fd)",
         "): imported (mapping-cache miss)",
         "allocate 4 MiB: the daemon's, on session.sock (a kept allocation)", "): mapping-cache hit",
-        "kept the mapping of allocation ", "evicted 1 kept mappings"}) {
+        "kept the mapping of allocation ", "evicted 1 kept mappings", "seal: fence recorded in ",
+        "publish+seal 4 KiB: buffer ", "; the call: frame written in ", " later, ",
+        "open buffer "}) {
     EXPECT_NE(got.find(line), std::string::npos) << "no '" << line << "' in:\n" << got;
   }
 }

@@ -16,7 +16,8 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     out = tmp_path / "bench.json"
     run = subprocess.run(
         [sys.executable, str(BENCH), "--parts", "overhead,host", "--host-sizes", "1",
-         "--iterations", "8", "--warmup", "2", "--copy-iterations", "1", "--json-out", str(out)],
+         "--iterations", "8", "--warmup", "2", "--copy-iterations", "1", "--channel-wait", "both",
+         "--json-out", str(out)],
         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(out.read_text())
@@ -63,3 +64,17 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     if "tmp-pipe-cupy" in cases:
         assert "issue: broker-cupy vs tmp-pipe-cupy" in ratios
     assert "hand-over of host memory" in run.stdout.lower()
+    # The daemon's own time per call, read off its metrics around the run:
+    # at least a publish and an open per broker hand-over.
+    calls = report["handover"]["host"]["daemon_time_per_call"]["1 MiB"]
+    assert calls["publish"]["calls"] >= 8 and calls["open"]["calls"] >= 8, calls
+    assert all(v["mean_us"] > 0 for v in calls.values()), calls
+    assert "the daemon's own time per call on session.sock" in run.stdout
+    # The same cases again with both processes polling their channel: every
+    # case, its steps adding up the same way.
+    asleep, awake = report["handover"]["host"], report["handover"]["host-awake"]
+    assert (asleep["channel_wait"], awake["channel_wait"]) == ("asleep", "awake")
+    assert set(awake["sizes"]["1 MiB"]) == expected
+    for name, c in awake["sizes"]["1 MiB"].items():
+        assert abs(c["mean_of_steps_sum_us"] - c["mean_total_us"]) < 0.05, (name, c)
+    assert "waiting awake on the channel" in run.stdout

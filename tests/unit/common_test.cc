@@ -133,6 +133,8 @@ TEST(Units, FormatsSizes) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(64u << 20), "64 MiB");
   EXPECT_EQ(FormatBytes(3u << 29), "1.50 GiB");
+  EXPECT_EQ(FormatMicros(12.34), "12.3 us");
+  EXPECT_EQ(FormatMicros(std::chrono::nanoseconds(2500)), "2.5 us");
 }
 
 TEST(Units, ParsesDurations) {
