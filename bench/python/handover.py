@@ -31,7 +31,7 @@ import sys
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import exchange
 import gpubroker
@@ -55,14 +55,15 @@ def start_daemon(backend: str, busy_poll_us: Optional[int] = None):
     line = p.stdout.readline()
     if not line:
         raise RuntimeError(p.stderr.read().strip().splitlines()[-1])
-    m = re.search(r"metrics (\S+)", line)
+    m = re.search(r"metrics (\S+)", line)  # the address it bound
     p.metrics_address = m.group(1).rstrip(",") if m else ""
     return p, d
 
 
-def daemon_calls(address: str) -> Dict[str, Tuple[float, float]]:
-    """The daemon's own time on session.sock per kind of call: (seconds, calls)
-    so far, from its metrics; empty when they cannot be read."""
+def daemon_calls(address: str) -> Dict[str, Dict[str, float]]:
+    """The daemon's own time on session.sock per kind of call so far, from
+    its metrics: {call: {"sum": seconds, "count": calls, "le=B": calls <= B}};
+    empty when they cannot be read."""
     if not address:
         return {}
     try:
@@ -70,22 +71,38 @@ def daemon_calls(address: str) -> Dict[str, Tuple[float, float]]:
             text = r.read().decode()
     except OSError:
         return {}
-    out: Dict[str, List[float]] = {}
-    for kind, call, value in re.findall(
-            r'^gpubroker_session_call_duration_seconds_(sum|count)\{call="([^"]+)"\} (\S+)$',
+    out: Dict[str, Dict[str, float]] = {}
+    family = "gpubroker_session_call_duration_seconds"
+    for kind, call, le, value in re.findall(
+            rf'^{family}_(sum|count|bucket)\{{call="([^"]+)"(?:,le="([^"]+)")?\}} (\S+)$',
             text, re.M):  # fmt: skip
-        out.setdefault(call, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
-    return {k: (v[0], v[1]) for k, v in out.items()}
+        out.setdefault(call, {})[f"le={le}" if kind == "bucket" else kind] = float(value)
+    return out
 
 
-def daemon_time_per_call(before: Dict[str, Tuple[float, float]],
-                         after: Dict[str, Tuple[float, float]]) -> Dict[str, Any]:  # fmt: skip
-    """Mean microseconds of the daemon's own work per call between two reads."""
+def daemon_time_per_call(before: Dict[str, Dict[str, float]],
+                         after: Dict[str, Dict[str, float]]) -> Dict[str, Any]:  # fmt: skip
+    """Per call between two reads: the mean of the daemon's own time and its
+    median, read off the histogram's buckets as Prometheus's
+    histogram_quantile does (linear within the bucket), in microseconds."""
     out = {}
-    for call, (sec, n) in after.items():
-        sec0, n0 = before.get(call, (0.0, 0.0))
-        if n > n0:
-            out[call] = {"mean_us": round((sec - sec0) / (n - n0) * 1e6, 2), "calls": int(n - n0)}
+    for call, now in after.items():
+        was = before.get(call, {})
+        n = now.get("count", 0) - was.get("count", 0)
+        if n <= 0:
+            continue
+        mean = (now.get("sum", 0) - was.get("sum", 0)) / n * 1e6
+        bounds = sorted((float(k[3:]), now[k] - was.get(k, 0)) for k in now
+                        if k.startswith("le=") and k != "le=+Inf")  # fmt: skip
+        median, lower, below = None, 0.0, 0.0
+        for bound, upto in bounds:
+            if upto >= n / 2:
+                inside = upto - below
+                median = (lower + (bound - lower) * ((n / 2 - below) / inside if inside else 1)) * 1e6
+                break
+            lower, below = bound, upto
+        out[call] = {"mean_us": round(mean, 2), "calls": int(n),
+                     "p50_us": round(median, 1) if median is not None else None}  # fmt: skip
     return out
 
 
@@ -138,8 +155,9 @@ def print_handover(title: str, by_size: Dict[str, Dict[str, Any]],
                       f"{w['p50_us']:>9.1f} {w['p99_us']:>9.1f}")  # fmt: skip
         calls = daemon_time.get(label)
         if calls:
-            print("  the daemon's own time per call on session.sock, mean over this size's cases: " +
-                  ", ".join(f"{k} {v['mean_us']} us ({v['calls']})" for k, v in calls.items()))
+            print("  the daemon's own time per call on session.sock, over this size's cases: " +
+                  ", ".join(f"{k} p50 {v['p50_us']} / mean {v['mean_us']} us ({v['calls']})"
+                            for k, v in calls.items()))  # fmt: skip
 
 
 # (ours, theirs, what the comparison is): ratio = theirs' p50 / ours' p50.
