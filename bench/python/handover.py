@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -264,6 +265,7 @@ def handover(backend: str, sizes: List[int], args: argparse.Namespace,
     finally:
         daemon.terminate()
         daemon.wait()
+        shutil.rmtree(d, ignore_errors=True)
     return {"producer": run.producer.name, "channel_wait": "awake" if awake else "asleep",
             "sizes": by_size, "daemon_time_per_call": daemon_time,
             "ratios": ratios(gpu, run.producer.name, by_size)}
@@ -329,6 +331,7 @@ def main() -> None:
         finally:
             daemon.terminate()
             daemon.wait()
+            shutil.rmtree(d, ignore_errors=True)
         report["ctypes"] = calls
         report["overhead_host"] = table
         print("== the package over the C ABI (host backend), p50 per operation")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import select
 import subprocess
 import sys
@@ -51,7 +52,10 @@ class Daemon:
                                      text=True)  # fmt: skip
         line = _readline(self.proc.stdout, 20)
         if not line:
-            raise RuntimeError(f"gpubrokerd printed no start line; log:\n{self.log()}")
+            log = self.log()
+            self.stop()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise RuntimeError(f"gpubrokerd printed no start line; log:\n{log}")
         self.start_line = line
         m = re.search(r"metrics (\S+)", line)
         self.metrics_address = m.group(1) if m else ""
@@ -92,9 +96,13 @@ def make_daemon() -> Iterator[Callable[..., Daemon]]:
         return d
 
     yield make
+    failed = []
     for d in started:
         code = d.stop()
-        assert code == 0, f"gpubrokerd did not exit cleanly ({code}); log:\n{d.log()}"
+        if code != 0:
+            failed.append(f"gpubrokerd did not exit cleanly ({code}); log:\n{d.log()}")
+        shutil.rmtree(d.dir, ignore_errors=True)
+    assert not failed, "\n".join(failed)
 
 
 @pytest.fixture
