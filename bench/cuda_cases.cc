@@ -250,17 +250,32 @@ int RunCuda(const Options& o) {
   // writes. `flush`: A queries its stream after the seal, which makes the
   // driver submit the fence write at once (a variant, to show what a late
   // write costs).
-  auto broker_share = [&](uint64_t size, const HandOverRows& r, bool keep, bool flush = false) {
+  // `posted`: A's seal does not wait for the daemon's answer (seal_posted),
+  // and B opens by name, as it must then (the id comes with the answer).
+  uint64_t posted_serial = 0;
+  auto broker_share = [&](uint64_t size, const HandOverRows& r, bool keep, bool flush = false,
+                          bool posted = false) {
+    AllocateOptions ao;
+    if (posted) ao.name = StrCat("bench.posted.", ::getpid(), ".", posted_serial++);
     const auto t0 = std::chrono::steady_clock::now();
-    Buffer b = client.allocate(size);
+    Buffer b = client.allocate(size, ao);
     const double allocate_us = ElapsedUs(t0);
     const auto t1 = std::chrono::steady_clock::now();
-    b.seal(stream);
+    if (posted) {
+      b.seal_posted(stream);
+    } else {
+      b.seal(stream);
+    }
     if (flush) (void)cudaStreamQuery(stream);
     const double seal_us = ElapsedUs(t1);
     Msg m;
-    m.op = kBrokerOpen;
-    m.a = b.id();
+    if (posted) {
+      m.op = kBrokerOpenName;
+      std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
+    } else {
+      m.op = kBrokerOpen;
+      m.a = b.id();
+    }
     const Msg reply = Ask(peer.fd(), m);
     const double total_us = ElapsedUs(t0);
     if (keep) {
@@ -342,6 +357,10 @@ int RunCuda(const Options& o) {
   share64.allocate = &add("  of which A's Allocate (and its own map)");
   share64.seal = &add("  of which A's seal");
   share64.write = &add("  of which B's write+sync (its stream waits on the fence)");
+  HandOverRows posted64;
+  posted64.total = &add("  variant: A's seal posted (seal_posted; B opens by name) (total)");
+  posted64.seal = &add("    of which A's seal_posted");
+  posted64.open = &add("    of which B's Open+map");
   HandOverRows flush64;
   flush64.total = &add("  variant: A queries its stream after the seal (total)");
   flush64.write = &add("    of which B's write+sync");
@@ -400,7 +419,7 @@ int RunCuda(const Options& o) {
   // (A to the daemon, the daemon to B).
   Samples& cold_ping = add("A <-> B round trip after 2 ms idle (bare Unix socket)");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   const int n64 = o.iterations;
   for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
@@ -416,7 +435,8 @@ int RunCuda(const Options& o) {
                                           "ping",
                                           "broker share 64 MiB, flushed",
                                           "ping after 2 ms idle",
-                                          "seal + wait, flushed"};
+                                          "seal + wait, flushed",
+                                          "broker share 64 MiB, posted seal"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -457,6 +477,9 @@ int RunCuda(const Options& o) {
           break;
         case 9:
           seal_and_wait(i, seal_wait_flush, keep, true);
+          break;
+        case 10:
+          broker_share(64 * kMiB, posted64, keep, false, true);
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -96,6 +96,14 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         reply.b = write_and_sync(state.buffer->data());
         break;
       }
+      case kBrokerOpenName: {
+        OpenOptions oo;
+        oo.stream = stream;
+        state.buffer.emplace(client.open(std::string_view(m.data), oo));
+        reply.a = NowNs() - t0;
+        reply.b = write_and_sync(state.buffer->data());
+        break;
+      }
       case kBarePool: {
         cudaMemPoolPtrExportData data;
         std::memcpy(&data, m.data, sizeof(data));

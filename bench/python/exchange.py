@@ -172,6 +172,7 @@ class Consumer:
 CASES = {
     "broker-cupy": ("gpubroker {a} -> {cupy}", "cupy", "pipe"),
     "broker-torch": ("gpubroker torch -> torch", "torch", "pipe"),
+    "broker-posted-cupy": ("gpubroker {a} -> {cupy}, posted seal (seal(posted=True))", "cupy", "pipe"),
     "broker-wait-cupy": ("gpubroker {a} -> {cupy}, B waits in open(wait=True)", "cupy", "wait"),
     "tmp-pipe-cupy": ("torch.multiprocessing (Pipe) torch -> {cupy}", "cupy", "pipe"),
     "tmp-pipe-torch": ("torch.multiprocessing (Pipe) torch -> torch", "torch", "pipe"),
@@ -188,6 +189,7 @@ CASES = {
 ISSUE_WINDOW = {
     "broker-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-torch": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
+    "broker-posted-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-wait-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
     "tmp-pipe-cupy": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
     "tmp-pipe-torch": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
@@ -241,7 +243,7 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
         i = msg[1]
         kind = CASES[case][1] if case in CASES else None
         fw = consumers.get(kind) if kind else None
-        if case in ("broker-cupy", "broker-torch"):
+        if case in ("broker-cupy", "broker-torch", "broker-posted-cupy"):
             buf = client.open(msg[2])
             t_open = now()
             a = fw.wrap(buf)  # the consumer's stream waits for A's fence here
@@ -372,7 +374,7 @@ class Run:
         name = f"bench.{os.getpid()}.{self._n}"
         self._n += 1
         m: List[Tuple[str, int]] = []
-        if case in ("broker-cupy", "broker-torch", "broker-wait-cupy"):
+        if case in ("broker-cupy", "broker-torch", "broker-wait-cupy", "broker-posted-cupy"):
             if case == "broker-wait-cupy":
                 self._park((case, i, name))
             t0 = now()
@@ -380,7 +382,7 @@ class Run:
             t1 = now()
             x = p.wrap(buf)  # what the producer would fill
             t2 = now()
-            buf.seal(p.stream)
+            buf.seal(p.stream, posted=case == "broker-posted-cupy")
             t3 = now()
             if case != "broker-wait-cupy":
                 self._send((case, i, name))
@@ -504,6 +506,7 @@ _B_STEPS = {
     "queue-ping": ["there: A's put until B's get returns"],
 }  # fmt: skip
 _B_STEPS["broker-torch"] = _B_STEPS["broker-cupy"]
+_B_STEPS["broker-posted-cupy"] = _B_STEPS["broker-cupy"]
 _ANSWER = {"pipe": "answer: B's send until A has it",
            "wait": "answer: B's send until A has it",
            "queue": "answer: B's put until A's get returns"}  # fmt: skip

@@ -172,6 +172,8 @@ COMPARISONS = [
      "torch -> {cupy} against torch.mp's Queue torch -> torch (the earlier headline)"),
     ("broker-wait-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, B waiting in the broker, against torch.mp (Pipe) -> {cupy}"),
+    ("broker-posted-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, posted seal, the same channel (Pipe) and consumer work"),
     ("broker-cupy", "copy", "{a} -> {cupy} against the copy path"),
 ]  # fmt: skip
 
@@ -181,13 +183,16 @@ ISSUE_COMPARISONS = [
     ("broker-cupy", "tmp-pipe-cupy", "torch -> {cupy}, issue #12's steps"),
     ("broker-torch", "tmp-pipe-torch", "torch -> torch, issue #12's steps"),
     ("broker-wait-cupy", "tmp-pipe-cupy", "torch -> {cupy}, B waiting in the broker, issue #12's steps"),
+    ("broker-posted-cupy", "tmp-pipe-cupy", "torch -> {cupy}, posted seal, issue #12's steps"),
     ("broker-cupy", "copy", "{a} -> {cupy} against the copy path, issue #12's steps"),
 ]  # fmt: skip
 # The targets (issue #12: >= 3x; issue #11: >= 4x once its fast path lands)
 # and the comparisons they are read from, in both definitions.
 TARGETS = [("broker-cupy vs tmp-pipe-cupy", "the full window, the same Pipe"),
            ("broker-cupy vs tmp-queue-torch", "the full window, torch.mp's Queue"),
-           ("issue: broker-cupy vs tmp-pipe-cupy", "issue #12's steps")]  # fmt: skip
+           ("issue: broker-cupy vs tmp-pipe-cupy", "issue #12's steps"),
+           ("broker-posted-cupy vs tmp-pipe-cupy", "the full window, the same Pipe, posted seal"),
+           ("issue: broker-posted-cupy vs tmp-pipe-cupy", "issue #12's steps, posted seal")]  # fmt: skip
 
 
 def ratios(gpu: bool, producer: str, by_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:

@@ -408,6 +408,11 @@ gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer, void* st
   return Guard([&] { buffer->buffer().seal(stream); });
 }
 
+gpubroker_status_t gpubroker_buffer_seal_posted(gpubroker_buffer_t* buffer, void* stream) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr);
+  return Guard([&] { buffer->buffer().seal_posted(stream); });
+}
+
 gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer, void* stream) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
   return Guard([&] { buffer->buffer().wait_ready(stream); });

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <exception>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "client/src/client_impl.h"
@@ -50,7 +52,9 @@ Buffer::Buffer(Buffer&& other) noexcept
     : impl_(std::move(other.impl_)),
       info_(std::move(other.info_)),
       mapping_(std::move(other.mapping_)),
-      owner_(other.owner_) {}
+      owner_(other.owner_),
+      posted_(std::exchange(other.posted_, 0)),
+      refused_(std::exchange(other.refused_, nullptr)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
@@ -59,6 +63,8 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     info_ = std::move(other.info_);
     mapping_ = std::move(other.mapping_);
     owner_ = other.owner_;
+    posted_ = std::exchange(other.posted_, 0);
+    refused_ = std::exchange(other.refused_, nullptr);
   }
   return *this;
 }
@@ -66,17 +72,49 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullptr; }
 
 BufferId Buffer::id() const noexcept {
-  if (info_.id == 0) EnsurePublished();
+  SettleQuietly();
+  if (info_.id == 0 && !refused_) EnsurePublished();
   return info_.id;
 }
 
 const BufferInfo& Buffer::info() const noexcept {
-  if (info_.id == 0) EnsurePublished();
+  SettleQuietly();
+  if (info_.id == 0 && !refused_) EnsurePublished();
   return info_;
+}
+
+bool Buffer::is_published() const noexcept {
+  SettleQuietly();
+  return info_.id != 0;
+}
+
+void Buffer::Settle() const {
+  if (posted_ == 0 || !impl_) return;
+  const uint64_t request = std::exchange(posted_, 0);
+  v1::Reply reply = impl_->CollectCall(request);
+  if (reply.has_publish()) {
+    AdoptPublished(info_, detail::FromProto(reply.publish().buffer()));
+  } else {
+    info_ = detail::FromProto(reply.seal().buffer());
+  }
+}
+
+void Buffer::SettleQuietly() const noexcept {
+  try {
+    Settle();
+  } catch (...) {
+    refused_ = std::current_exception();
+  }
+}
+
+void Buffer::ThrowRefused() const {
+  if (refused_) std::rethrow_exception(std::exchange(refused_, nullptr));
 }
 
 void Buffer::publish() {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "publish on an empty Buffer handle");
+  Settle();
+  ThrowRefused();
   const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
   if (block != nullptr && info_.id == 0)
     AdoptPublished(info_, impl_->Publish(*block, info_, false));
@@ -93,10 +131,33 @@ void Buffer::EnsurePublished() const noexcept {
   }
 }
 
+void Buffer::seal_posted(void* stream) {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
+  impl_->CheckProcess();
+  if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
+  Settle();
+  ThrowRefused();
+  const auto fence_start = std::chrono::steady_clock::now();
+  mapping_->RecordReady(stream);
+  if (detail::ClientImpl::DebugOn()) {
+    detail::ClientImpl::Debug(StrCat("seal: fence recorded in ",
+                                     FormatMicros(std::chrono::steady_clock::now() - fence_start)));
+  }
+  if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
+    posted_ = impl_->PostPublish(*block, info_);
+    return;
+  }
+  v1::Call call;
+  call.mutable_seal()->set_id(info_.id);
+  posted_ = impl_->PostCall(std::move(call));  // a Seal frame always fits
+}
+
 void Buffer::seal(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   impl_->CheckProcess();
   if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
+  Settle();
+  ThrowRefused();
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   const auto fence_start = std::chrono::steady_clock::now();
   mapping_->RecordReady(stream);
@@ -146,6 +207,11 @@ void Buffer::release() { Reset(true); }
 
 void Buffer::release_on(void* stream) {
   if (!impl_) return;
+  if (!impl_->forked()) SettleQuietly();
+  if (refused_) {
+    Reset(true);  // released at once; the refusal thrown after it
+    return;
+  }
   if (impl_->forked() || !mapping_) {
     Reset(true);
     return;
@@ -164,6 +230,24 @@ void Buffer::release_on(void* stream) {
 
 void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
+  // A posted seal's answer first: whether the buffer was published decides
+  // how it goes back.
+  if (!impl_->forked()) SettleQuietly();
+  std::exception_ptr refused = std::exchange(refused_, nullptr);
+  if (refused && !report_errors) {
+    try {
+      std::rethrow_exception(refused);
+    } catch (const std::exception& e) {
+      detail::ClientImpl::Warn(StrCat("the posted seal of buffer '", info_.name,
+                                      "' was refused: ", e.what()));
+    }
+    refused = nullptr;
+  }
+  ResetNow(report_errors);
+  if (refused) std::rethrow_exception(refused);
+}
+
+void Buffer::ResetNow(bool report_errors) {
   if (impl_->forked()) {
     // The lease is the parent's: keep out of its session. A host mapping is
     // this process's own to undo; the CUDA ones skip their calls themselves.

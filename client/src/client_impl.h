@@ -130,6 +130,17 @@ class SessionChannel {
   /// when the call does not fit in one frame (the caller uses gRPC instead).
   bool Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout);
 
+  /// Sends one broker call without waiting for its answer, and returns its
+  /// request id for Collect. At most kMaxPosted answers are left unread: a
+  /// post beyond that first reads the oldest (so the daemon never blocks on
+  /// a full socket of answers nobody reads). 0, with nothing sent, when the
+  /// call does not fit in one frame.
+  uint64_t Post(v1::Call call);
+  /// The answer to a posted call (waited for if it has not come yet), once.
+  /// Throws the daemon's refusal as an Error.
+  v1::Reply Collect(uint64_t id, std::chrono::milliseconds timeout);
+  static constexpr size_t kMaxPosted = 32;
+
   /// Tells the daemon that this session ends on purpose ("closed", not "died").
   void SayGoodbye() noexcept;
 
@@ -155,6 +166,11 @@ class SessionChannel {
   /// session ended.
   v1::SessionFrame Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
                             std::chrono::milliseconds timeout);
+  /// Under `lock`: waits until `slot` (the request `id`) is done, reading for
+  /// everyone while nobody else does. Throws, with the slot given up, when
+  /// the session ends or `deadline` passes. `read`/`awake`: for Timing.
+  void Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint64_t id,
+             std::chrono::steady_clock::time_point deadline, bool* read, bool* awake);
   /// Reads what arrives within `timeout` and hands each frame to its slot,
   /// polling the socket for up to `spin` before it blocks. The reader's role
   /// is held (reading_); `lock` is released while reading.
@@ -162,6 +178,8 @@ class SessionChannel {
   bool ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
                 std::chrono::microseconds spin);
   void Dispatch(v1::SessionFrame frame);  // under mu_
+  /// Takes a posted call's slot out of posted_ (nullptr if it is not there). Under mu_.
+  std::shared_ptr<Slot> ForgetPosted(uint64_t id);
   /// Gives back the leases of Opens answered after their caller gave up.
   void ReleaseOrphans();
   [[noreturn]] void ThrowEnded() const;  // under mu_
@@ -182,6 +200,8 @@ class SessionChannel {
   bool Unasked(const v1::SessionFrame& frame);
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, Slot*> slots_;
+  // The slots of posted calls, oldest first, until their answer is collected.
+  std::deque<std::pair<uint64_t, std::shared_ptr<Slot>>> posted_;
   bool reading_ = false;
   std::vector<uint64_t> orphans_;  // buffers granted to Opens whose caller gave up
   // Why the session is over (the daemon closed it, said Goodbye, failed it,
@@ -226,6 +246,12 @@ class ClientImpl {
   /// client's counters.
   bool Call(v1::Call call, v1::Reply* reply,
             std::chrono::milliseconds extra = std::chrono::milliseconds(0));
+  /// A data-path call posted on the session's connection (its answer is
+  /// taken later by CollectCall); 0, with nothing sent, when it does not
+  /// fit in a frame.
+  uint64_t PostCall(v1::Call call);
+  /// The answer to a posted call. Throws the daemon's refusal.
+  v1::Reply CollectCall(uint64_t id);
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
 
@@ -302,6 +328,10 @@ class ClientImpl {
                                          BufferInfo* info);
   /// Makes a client-made buffer known to the daemon (one Publish frame).
   BufferInfo Publish(const LocalBlock& block, const BufferInfo& info, bool seal);
+  /// The Publish frame posted, seal included: its answer's request id.
+  uint64_t PostPublish(const LocalBlock& block, const BufferInfo& info);
+  /// The call that publishes a client-made buffer.
+  static v1::Call PublishCall(const LocalBlock& block, const BufferInfo& info, bool seal);
   /// A client-made buffer's block goes back: to the allocator when it was
   /// never published, else into quarantine until the daemon returns it.
   void FreeLocal(const LocalBlock& block, bool published);
@@ -319,6 +349,9 @@ class ClientImpl {
   /// it took ("allocate 4 KiB: client-made").
   static bool DebugOn();
   static void Debug(const std::string& line);
+  /// What must not go unseen (a posted seal the daemon refused, found when
+  /// nothing could throw any more): always printed.
+  static void Warn(const std::string& line);
   /// How this thread's last session call went, for a Debug line.
   static std::string CallTiming();
 

@@ -137,6 +137,23 @@ void ClientImpl::Debug(const std::string& line) {
   if (DebugOn()) std::fprintf(stderr, "gpubroker: %s\n", line.c_str());
 }
 
+void ClientImpl::Warn(const std::string& line) {
+  std::fprintf(stderr, "gpubroker: warning: %s\n", line.c_str());
+}
+
+uint64_t ClientImpl::PostCall(v1::Call call) {
+  CheckProcess();
+  *call.mutable_counters() = Counters();
+  return session_channel_->Post(std::move(call));
+}
+
+v1::Reply ClientImpl::CollectCall(uint64_t id) {
+  v1::Reply reply = session_channel_->Collect(id, options_.call_timeout);
+  DrainReturned();
+  ServeUnmapRequests();
+  return reply;
+}
+
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
 
 bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds extra) {
@@ -270,7 +287,28 @@ std::unique_ptr<Mapping> ClientImpl::AllocateLocal(uint64_t size, const Allocate
   return mapping;
 }
 
+uint64_t ClientImpl::PostPublish(const LocalBlock& lb, const BufferInfo& info) {
+  const uint64_t id = PostCall(PublishCall(lb, info, true));  // always fits in a frame
+  publishes_++;
+  if (DebugOn()) {
+    Debug(StrCat("publish+seal ", FormatBytes(lb.size), ": posted (its answer is read later)"));
+  }
+  return id;
+}
+
 BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, bool seal) {
+  v1::Call call = PublishCall(lb, info, seal);
+  v1::Reply reply;
+  Call(std::move(call), &reply);  // always fits in a frame
+  publishes_++;
+  BufferInfo out = FromProto(reply.publish().buffer());
+  if (DebugOn())
+    Debug(StrCat("publish", seal ? "+seal" : "", " ", FormatBytes(lb.size), ": buffer ", out.id,
+                 CallTiming()));
+  return out;
+}
+
+v1::Call ClientImpl::PublishCall(const LocalBlock& lb, const BufferInfo& info, bool seal) {
   v1::Call call;
   auto* p = call.mutable_publish();
   p->set_range_id(lb.block.range_id);
@@ -282,14 +320,7 @@ BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, boo
   p->set_seal(seal);
   p->set_fence_offset(lb.fence_offset);
   p->set_fence_value(lb.fence_value);
-  v1::Reply reply;
-  Call(std::move(call), &reply);  // always fits in a frame
-  publishes_++;
-  BufferInfo out = FromProto(reply.publish().buffer());
-  if (DebugOn())
-    Debug(StrCat("publish", seal ? "+seal" : "", " ", FormatBytes(lb.size), ": buffer ", out.id,
-                 CallTiming()));
-  return out;
+  return call;
 }
 
 void ClientImpl::FreeLocal(const LocalBlock& lb, bool published) {

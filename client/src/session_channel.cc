@@ -1,5 +1,6 @@
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -236,6 +237,23 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   std::unique_lock lock(mu_);
   bool read = false;
   bool awake = false;
+  Await(lock, slot, id, deadline, &read, &awake);
+  last_timing.send_us = std::chrono::duration<double, std::micro>(sent - start).count();
+  last_timing.answer_us = MicrosSince(sent);
+  last_timing.how = !read   ? "read by another caller"
+                    : awake ? "while waiting awake"
+                            : "after blocking";
+  const bool orphans = !orphans_.empty();
+  lock.unlock();
+  if (read && orphans) ReleaseOrphans();
+  if (slot.frame.has_error()) ThrowErrorFrame(slot.frame.error());
+  if (fd != nullptr) *fd = std::move(slot.fd);
+  return std::move(slot.frame);
+}
+
+void SessionChannel::Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint64_t id,
+                           std::chrono::steady_clock::time_point deadline, bool* read,
+                           bool* awake) {
   while (!slot.done) {
     if (!ended_.ok()) {
       slots_.erase(id);
@@ -252,26 +270,90 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
     }
     // Nobody reads: this caller reads for everyone until its own answer is in.
     reading_ = true;
-    read = true;
-    awake = ReadSome(lock,
-                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
-                         std::chrono::milliseconds(1),
-                     spin_);
+    *read = true;
+    *awake = ReadSome(lock,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                          std::chrono::milliseconds(1),
+                      spin_);
     reading_ = false;
     answered_.notify_all();
   }
   slots_.erase(id);
-  last_timing.send_us = std::chrono::duration<double, std::micro>(sent - start).count();
-  last_timing.answer_us = MicrosSince(sent);
-  last_timing.how = !read   ? "read by another caller"
-                    : awake ? "while waiting awake"
-                            : "after blocking";
-  const bool orphans = !orphans_.empty();
+}
+
+uint64_t SessionChannel::Post(v1::Call call) {
+  uint64_t id = 0;
+  {
+    std::unique_lock lock(mu_);
+    if (!ended_.ok()) ThrowEnded();
+    // Too many answers unread: take the oldest in first. Its slot stays
+    // posted (done) until its own Collect.
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      size_t waiting = 0;
+      std::pair<uint64_t, std::shared_ptr<Slot>> oldest;
+      for (const auto& p : posted_) {
+        if (p.second->done) continue;
+        if (waiting++ == 0) oldest = p;
+      }
+      if (waiting < kMaxPosted) break;
+      bool read = false, awake = false;
+      Await(lock, *oldest.second, oldest.first, deadline, &read, &awake);
+    }
+    id = next_request_id_++;
+  }
+  call.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_call() = std::move(call);
+  if (frame.ByteSizeLong() > kMaxFrameBytes) return 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_.ok()) ThrowEnded();
+    auto slot = std::make_shared<Slot>();
+    slots_[id] = slot.get();
+    posted_.emplace_back(id, std::move(slot));
+  }
+  absl::Status sent = [&] {
+    std::lock_guard send(send_mu_);
+    return SendAll(fd_.get(), EncodeFrame(frame));
+  }();
+  if (!sent.ok()) {
+    std::lock_guard lock(mu_);
+    slots_.erase(id);
+    ForgetPosted(id);
+    ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(sent.message())));
+  }
+  return id;
+}
+
+std::shared_ptr<SessionChannel::Slot> SessionChannel::ForgetPosted(uint64_t id) {
+  auto it = std::find_if(posted_.begin(), posted_.end(),
+                         [id](const auto& p) { return p.first == id; });
+  if (it == posted_.end()) return nullptr;
+  std::shared_ptr<Slot> slot = std::move(it->second);
+  posted_.erase(it);
+  return slot;
+}
+
+v1::Reply SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  // Taken out first: nobody else collects it, and a late answer after a
+  // failed wait finds no slot and is dropped.
+  std::shared_ptr<Slot> slot = ForgetPosted(id);
+  if (!slot) ThrowError(ErrorCode::kInternal, StrCat("no posted call ", id, " to collect"));
+  bool read = false;
+  if (!slot->done) {
+    bool awake = false;
+    Await(lock, *slot, id, std::chrono::steady_clock::now() + timeout, &read, &awake);
+  }
+  slots_.erase(id);
+  const bool orphans = read && !orphans_.empty();
   lock.unlock();
-  if (read && orphans) ReleaseOrphans();
-  if (slot.frame.has_error()) ThrowErrorFrame(slot.frame.error());
-  if (fd != nullptr) *fd = std::move(slot.fd);
-  return std::move(slot.frame);
+  if (orphans) ReleaseOrphans();
+  if (slot->frame.has_error()) ThrowErrorFrame(slot->frame.error());
+  if (!slot->frame.has_reply())
+    ThrowError(ErrorCode::kInternal, "session.sock: a posted call answered with an FdGrant");
+  return std::move(*slot->frame.mutable_reply());
 }
 
 bool SessionChannel::Unasked(const v1::SessionFrame& frame) {

@@ -268,6 +268,16 @@ Registry::OpenAttempt Registry::TryOpen(Session& s, const BufferKey& key, bool a
           true};
 }
 
+bool Registry::CouldBecomeOpenable(SessionId session_id, const BufferKey& key,
+                                   bool allow_unsealed) {
+  absl::MutexLock lock(&mu_);
+  const Session* s = FindSession(session_id);
+  if (s == nullptr) return false;
+  auto found = FindVisible(*s, key);
+  if (!found.ok()) return key.id == 0;  // as in TryOpen: only a name can appear later
+  return (*found)->view.state != BufferState::kSealed && !allow_unsealed;
+}
+
 absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
   Answers answers;  // delivered after the unlock
   absl::MutexLock lock(&mu_);

@@ -221,6 +221,12 @@ class Registry final : public MappingHolders {
   std::optional<absl::StatusOr<BufferGrant>> OpenOrPark(SessionId session, const BufferKey& key,
                                                         const OpenParams& params, OpenDone done,
                                                         WaitId* parked);
+  /// True when an Open of `key` that does not wait would be refused now for
+  /// a reason that a frame already on its way could end: the name is not
+  /// known yet, or the buffer is not sealed (and `allow_unsealed` is not
+  /// asked). Takes no lease: the caller decides whether to look at other
+  /// sessions' pending frames first (SessionServer, posted seals).
+  bool CouldBecomeOpenable(SessionId session, const BufferKey& key, bool allow_unsealed);
   /// Answers a parked Open with `why` (CANCELLED, say); false when it is no
   /// longer parked (it has been answered, or is being).
   bool CancelWait(WaitId id, absl::Status why);

@@ -208,6 +208,15 @@ Metrics::Metrics(const NodeStatusCollector& status)
                                 "frees their memory (to make room on the device).")
                           .Register(*registry_)
                           .Add({})) {
+  auto& looked_ahead = prometheus::BuildCounter()
+                           .Name("gpubroker_session_open_lookaheads_total")
+                           .Help("Opens on session.sock that would have been refused (the name "
+                                 "unknown, the buffer not sealed) and made the daemon serve the "
+                                 "frames other sessions had already sent first, as posted seals "
+                                 "need; result: found (served after that) or refused.")
+                           .Register(*registry_);
+  looked_ahead_[0] = &looked_ahead.Add({{"result", "refused"}});
+  looked_ahead_[1] = &looked_ahead.Add({{"result", "found"}});
   by_client_ = &client_allocations_.Add({{"path", "client"}});
   by_session_ = &client_allocations_.Add({{"path", "session"}});
   by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
@@ -325,6 +334,8 @@ void Metrics::ClientReported(const ClientCounters& d) {
 void Metrics::UnmapRequested(uint64_t allocations) {
   unmap_requests_.Increment(static_cast<double>(allocations));
 }
+
+void Metrics::OpenLookedAhead(bool found) { looked_ahead_[found ? 1 : 0]->Increment(); }
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 

@@ -50,6 +50,10 @@ class Metrics {
   /// Requests sent to a client to unmap `allocations` before their memory is freed.
   void UnmapRequested(uint64_t allocations);
   void ConnectionRefused(Socket socket, TurnedAway why);
+  /// An Open that would have been refused (not found, not sealed) made
+  /// session.sock's thread serve the frames other sessions had sent first
+  /// (posted seals); `found`: it was served after that.
+  void OpenLookedAhead(bool found);
 
   /// A frame that session.sock's thread serves, by what it asks.
   enum class SessionCall {
@@ -96,6 +100,7 @@ class Metrics {
   prometheus::Counter& cache_misses_;
   prometheus::Counter& cache_evictions_;
   prometheus::Counter& unmap_requests_;
+  prometheus::Counter* looked_ahead_[2];  // [found]
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   prometheus::Histogram* session_calls_[kSessionCalls];
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;

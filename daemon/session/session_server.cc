@@ -147,15 +147,7 @@ void SessionServer::Loop() {
         AcceptAll();
         continue;
       }
-      auto it = connections_.find(fd);
-      if (it == connections_.end()) continue;
-      bool drop = false;
-      HandleEvents(*it->second, events[i].events, &drop);
-      if (drop) {
-        Connection& c = *it->second;
-        EndSession(c, c.said_goodbye);
-        Remove(fd);
-      }
+      ServeReady(fd, events[i].events);
     }
     // Waits that ended, whichever thread ended them (a seal on this thread
     // too): answered in this same turn of the loop.
@@ -173,6 +165,68 @@ void SessionServer::Loop() {
       next_sweep = now + kSweepInterval;
     }
   }
+}
+
+void SessionServer::ServeReady(int fd, uint32_t events) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  bool drop = false;
+  HandleEvents(*it->second, events, &drop);
+  if (drop) {
+    Connection& c = *it->second;
+    EndSession(c, c.said_goodbye);
+    Remove(fd);
+  }
+}
+
+bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
+  const v1::OpenRequest& open = call.open();
+  if (open.wait()) return false;  // parked: the seal wakes it whenever it comes
+  auto key = FromProto(open.ref());
+  if (!key.ok() || !registry_.CouldBecomeOpenable(asking.session, *key, open.allow_unsealed())) {
+    return false;
+  }
+  if (looking_ahead_) {
+    // Read in a look-ahead: answered once it is over, when whatever was
+    // sent before this Open has been served.
+    after_look_ahead_.push_back(Deferred{asking.fd.get(), asking.serial, call});
+    return true;
+  }
+  // A posted seal (written before its producer told anyone the name) may
+  // wait, unread, on its session's socket: what was written before this
+  // Open's frame is readable now. Serve every other ready connection once,
+  // then this Open.
+  looking_ahead_ = true;
+  look_ahead_events_.resize(connections_.size() + 2);
+  const int n = ::epoll_wait(epoll_.get(), look_ahead_events_.data(),
+                             static_cast<int>(look_ahead_events_.size()), 0);
+  for (int i = 0; i < n; ++i) {
+    const int fd = look_ahead_events_[i].data.fd;
+    if (fd == asking.fd.get() || fd == wake_.get() || fd == listener_.get()) continue;
+    ServeReady(fd, look_ahead_events_[i].events);
+  }
+  looking_ahead_ = false;
+  metrics_.OpenLookedAhead(!registry_.CouldBecomeOpenable(asking.session, *key,
+                                                          open.allow_unsealed()));
+  // Opens that other sessions sent meanwhile: their own senders' frames were
+  // readable at this look-ahead's epoll_wait, so they have been served.
+  std::vector<Deferred> deferred;
+  deferred.swap(after_look_ahead_);
+  for (Deferred& d : deferred) {
+    auto it = connections_.find(d.fd);
+    if (it == connections_.end() || it->second->serial != d.serial) continue;
+    Connection& c = *it->second;
+    answering_deferred_ = true;
+    const Outcome outcome = OnCall(c, d.call);
+    answering_deferred_ = false;
+    if (outcome == Outcome::kDrop) {
+      EndSession(c, c.said_goodbye);
+      Remove(d.fd);
+    } else if (!c.out.empty()) {
+      WatchFor(c, false);
+    }
+  }
+  return false;
 }
 
 void SessionServer::DropSilent(std::chrono::steady_clock::time_point now) {
@@ -475,6 +529,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
         break;
       case v1::Call::kOpen: {
+        if (!answering_deferred_ && LookAhead(c, call)) return Outcome::kKeep;  // answered later
         // A waiting Open is parked in the registry, not here: this thread
         // goes on serving the connection (and every other), and answers the
         // wait when it ends (AnswerParked); that reply may overtake others.

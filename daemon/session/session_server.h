@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -104,6 +106,15 @@ class SessionServer {
   void AcceptAll();
   void Admit(UniqueFd fd);
   void OutOfDescriptors();
+  /// Serves what epoll reported for one connection (and drops it if it must go).
+  void ServeReady(int fd, uint32_t events);
+  /// Before an Open that does not wait is refused for a name that is not
+  /// there (or a buffer not sealed), serves the frames that other sessions
+  /// have already sent: a producer's posted seal, written before it told
+  /// the consumer the name, is then served first (docs/fast-path.md,
+  /// "Posted seals"). True when the Open is left for later (it came within
+  /// another Open's look-ahead, and is answered at its end).
+  bool LookAhead(Connection& asking, const v1::Call& call);
   void HandleEvents(Connection& c, uint32_t events, bool* drop);
   Outcome OnReadable(Connection& c);
   Outcome ProcessFrames(Connection& c);
@@ -144,6 +155,16 @@ class SessionServer {
   std::unordered_map<int, std::unique_ptr<Connection>> connections_;
   bool listening_ = true;  // false while accepting pauses after EMFILE
   uint64_t next_serial_ = 1;
+  // An Open read during another's look-ahead, answered at its end.
+  struct Deferred {
+    int fd = -1;
+    uint64_t serial = 0;
+    v1::Call call;
+  };
+  bool looking_ahead_ = false;
+  bool answering_deferred_ = false;
+  std::vector<epoll_event> look_ahead_events_;
+  std::vector<Deferred> after_look_ahead_;
   absl::Mutex completions_mu_;
   std::vector<Completion> completions_ ABSL_GUARDED_BY(completions_mu_);
   std::chrono::steady_clock::time_point resume_accepting_;

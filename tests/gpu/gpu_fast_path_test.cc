@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/cuda/cuda_util.h"
@@ -358,6 +359,52 @@ TEST(GpuFastPath, AReleasedBlockServesNoBufferUntilTheDeviceSynchronizes) {
   next[63].release();  // the batch is full: one synchronize for all of it
   EXPECT_EQ(client.stats().unsynced_releases, 0u);
   EXPECT_EQ(client.stats().in_use_blocks, 0u);
+}
+
+
+// Buffer::seal_posted on a stream whose work is held: the call returns, an
+// Open from another session that comes after it finds the buffer sealed at
+// once, and the reader's stream still waits for the producer's writes.
+TEST(GpuFastPath, APostedSealIsFoundAtOnceAndItsFenceStillOrdersTheReader) {
+  SKIP_WITHOUT_GPU();
+  auto api_or = cuda::DriverApi::Get();
+  ASSERT_TRUE(api_or.ok()) << api_or.status().ToString();
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  Client producer = Client::connect(daemon.socket_dir());
+  Client consumer = Client::connect(daemon.socket_dir());
+  cuda::ScopedDevice on(0);
+  ASSERT_TRUE(on.status().ok());
+  HeldStream held(**api_or);
+  ASSERT_TRUE(held.ok());
+  auto open_at_exit = held.OpenAtExit();
+  cudaStream_t reader_stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&reader_stream, cudaStreamNonBlocking), cudaSuccess);
+
+  Buffer shared = producer.allocate(kMiB, {.name = "posted.gpu"});
+  ASSERT_EQ(cudaMemsetAsync(shared.data(), 5, kMiB, held.get()), cudaSuccess);
+  ASSERT_TRUE(ReturnsWithoutWaiting(held, [&] { shared.seal_posted(held.get()); }))
+      << "seal_posted waited for the stream's work";
+
+  OpenOptions o;
+  o.stream = reader_stream;  // waits on the fence, behind the held memset
+  Buffer seen = consumer.open("posted.gpu", o);
+  EXPECT_EQ(seen.info().state, BufferState::kSealed);
+  std::vector<unsigned char> host(kMiB, 0);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), seen.data(), kMiB, cudaMemcpyDeviceToHost, reader_stream),
+            cudaSuccess);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(cudaStreamQuery(reader_stream), cudaErrorNotReady)
+      << "the reader's copy ran before the producer's held memset";
+  held.Open();
+  ASSERT_EQ(cudaStreamSynchronize(reader_stream), cudaSuccess);
+  EXPECT_EQ(host.front(), 5);
+  EXPECT_EQ(host.back(), 5);
+  EXPECT_NE(shared.id(), 0u);
+  EXPECT_EQ(producer.stats().publishes, 1u);
+  seen.release();
+  shared.release();
+  cudaStreamDestroy(reader_stream);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@ private until published, published (and sealed) in one call, their bytes
 charged as the client's ranges, all of it given back by trim."""
 
 import numpy as np
+import pytest
 
 import gpubroker
 from conftest import eventually, used_bytes
@@ -74,3 +75,28 @@ def test_a_published_block_waits_for_its_readers_before_it_is_reused(client):
     client.trim()  # hears that the block came back, then gives everything back
     assert books(client)["quarantined_bytes"] == 0
     assert eventually(lambda: used_bytes(client) == 0)
+
+
+def test_a_posted_seal_is_found_by_an_open_that_comes_after_it(client):
+    other = gpubroker.connect(client.status().socket_dir)
+    for i in range(50):
+        buf = client.allocate(shape=(64,), dtype="int32", name=f"posted.{i}")
+        buf.as_numpy()[:] = i
+        buf.seal(posted=True)  # returns without the daemon's answer
+        seen = other.open(f"posted.{i}")  # not waiting: the daemon serves the post first
+        assert seen.is_sealed and int(seen.as_numpy()[63]) == i
+        seen.release()
+        assert buf.is_published and buf.id != 0  # the answer, taken in
+        buf.release()
+    other.close()
+
+
+def test_a_posted_seal_that_the_daemon_refuses_is_raised_at_the_next_call(client):
+    first = client.allocate(64, name="posted.taken")
+    first.seal()
+    second = client.allocate(64, name="posted.taken")
+    second.seal(posted=True)  # the name is taken: the refusal comes later
+    with pytest.raises(gpubroker.AlreadyExists):
+        second.release()
+    assert second.is_released
+    assert client.open("posted.taken").id == first.id

@@ -22,6 +22,7 @@
 /// The examples above use C++20's designated initializers.
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #if __cplusplus >= 202002L && __has_include(<span>)
 #include <span>
@@ -76,7 +77,7 @@ class GPUBROKER_API Buffer {
   const BufferInfo& info() const noexcept;
   /// @brief False for a buffer this client made and has not yet published:
   /// no other process can open it yet.
-  bool is_published() const noexcept { return info_.id != 0; }
+  bool is_published() const noexcept;
   /// @brief Makes a buffer this client made known to the daemon now, under
   /// its name, unsealed, so that others may open it (with allow_unsealed, or
   /// wait for its seal). Nothing for a buffer that is known already.
@@ -108,6 +109,22 @@ class GPUBROKER_API Buffer {
   /// @throws FailedPreconditionError without a lease; PermissionDeniedError for
   ///         another tenant's buffer.
   void seal(void* stream = nullptr);
+
+  /// @brief seal(), without waiting for the daemon's answer: returns once
+  /// the seal's frame is written (and its fence recorded), and takes the
+  /// answer in at the handle's next call that needs it.
+  ///
+  /// What a consumer sees is the same: an open() on session.sock that the
+  /// producer's signal (a pipe, a queue, a socket, anything written after
+  /// this call returned) came before finds the buffer sealed, because the
+  /// daemon serves the frames other sessions have already sent before it
+  /// refuses an Open for a name it does not know yet (docs/fast-path.md,
+  /// "Posted seals"). What changes is where a refusal (the name taken, say)
+  /// is thrown: at this handle's next id(), publish(), seal() or release(),
+  /// or, if nothing else is done with it, printed when the handle goes.
+  /// At most 32 answers are left unread per client: the 33rd post reads
+  /// the oldest first.
+  void seal_posted(void* stream = nullptr);
 
   /// @brief Makes `stream` (a cudaStream_t) wait for the producer's writes, as
   /// recorded at seal. No-op on the host backend.
@@ -159,12 +176,21 @@ class GPUBROKER_API Buffer {
   Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,
          std::unique_ptr<detail::Mapping> mapping, bool owner);
   void Reset(bool report_errors);
+  void ResetNow(bool report_errors);
   void EnsurePublished() const noexcept;
+  /// Takes in the answer to a posted seal, if one is out: throws its refusal.
+  void Settle() const;
+  /// Settle(), keeping a refusal for the next call that can throw it.
+  void SettleQuietly() const noexcept;
+  /// Throws the refusal that SettleQuietly kept, once.
+  void ThrowRefused() const;
 
   std::shared_ptr<detail::ClientImpl> impl_;
   mutable BufferInfo info_;  // a client-made buffer gets its id when published
   std::unique_ptr<detail::Mapping> mapping_;
   bool owner_ = false;
+  mutable uint64_t posted_ = 0;            // request id of a posted seal's unread answer
+  mutable std::exception_ptr refused_;     // a posted seal's refusal, not thrown yet
 };
 
 /// @brief A session with gpubrokerd. Cheap to copy (copies share the session).

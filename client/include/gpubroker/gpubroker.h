@@ -235,6 +235,16 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buf
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* buffer,
                                                             void* stream);
+/**
+ * @brief gpubroker_buffer_seal_on without waiting for the daemon's answer:
+ * returns once the seal's frame is written. An open() on session.sock that
+ * comes after anything this process writes next still finds the buffer
+ * sealed; a refusal (the name taken) is returned by the handle's next call
+ * that needs the daemon's answer (facts, publish, seal, release), or printed
+ * when the handle is destroyed without one. See Buffer::seal_posted.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_posted(gpubroker_buffer_t* buffer,
+                                                                void* stream);
 /** @brief Makes `stream` (a cudaStream_t) wait for the producer's sealed writes. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
                                                                void* stream);

@@ -203,17 +203,24 @@ class Buffer:
 
     # Ordering -----------------------------------------------------------------
 
-    def seal(self, stream: Any = None) -> None:
+    def seal(self, stream: Any = None, *, posted: bool = False) -> None:
         """Marks the writes complete; readers waiting in ``open(wait=True)`` wake up.
 
         On a GPU the ready fence is recorded on `stream` first (any framework's
         stream object or a raw cudaStream_t; None: the legacy default stream),
         so the producer need not synchronize: a reader's stream waits for the
         work queued on `stream` before the seal.
+
+        ``posted=True`` returns once the seal is sent, without waiting for the
+        daemon's answer. A reader that this process tells the name afterwards
+        (over a pipe, a queue, a socket) still finds the buffer sealed; a
+        refusal (the name taken) is raised by this buffer's next ``id``,
+        ``publish()``, ``seal()`` or ``release()`` instead of here.
         """
         s = stream if stream is None or type(stream) is int else _interop.stream_handle(stream)
         with self._lock:
-            rc = self._lib.buffer_seal_on(self._usable(), s)
+            seal = self._lib.buffer_seal_posted if posted else self._lib.buffer_seal_on
+            rc = seal(self._usable(), s)
         if rc:
             raise self._lib.error(rc)
 

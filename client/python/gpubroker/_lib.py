@@ -174,6 +174,7 @@ class Library:
         proto(c, "gpubroker_list_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_status_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_buffer_seal_on", c_int, c_void_p, c_void_p)
+        proto(c, "gpubroker_buffer_seal_posted", c_int, c_void_p, c_void_p)
         proto(c, "gpubroker_buffer_wait_ready", c_int, c_void_p, c_void_p)
         proto(c, "gpubroker_buffer_ready_stream", c_int, c_void_p, pp)
         proto(c, "gpubroker_buffer_release", c_int, c_void_p)
