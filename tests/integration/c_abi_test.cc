@@ -235,6 +235,33 @@ TEST(CAbi, DlpackCarriesStridesOffsetsAndEveryDtype) {
   EXPECT_EQ(client.UsedBytes(), 0u);
 }
 
+// gpubroker_buffer_seal_posted: the reader opens it at once; a refusal is
+// returned by the handle's next call that needs the answer.
+TEST(CAbi, APostedSealOpensAtOnceAndItsRefusalComesAtTheNextCall) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  CClient reader(daemon.socket_dir());
+  gpubroker_buffer_t* a = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.posted", nullptr, &a), GPUBROKER_OK)
+      << gpubroker_last_error();
+  ASSERT_EQ(gpubroker_buffer_seal_posted(a, nullptr), GPUBROKER_OK) << gpubroker_last_error();
+  gpubroker_buffer_t* opened = nullptr;
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.posted", nullptr, &opened), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_id(opened), gpubroker_buffer_id(a));
+  EXPECT_TRUE(gpubroker_buffer_is_sealed(a));
+  gpubroker_buffer_release(opened);
+
+  gpubroker_buffer_t* b = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 512, "c.posted", nullptr, &b), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_seal_posted(b, nullptr), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_ALREADY_EXISTS);
+  EXPECT_NE(std::strstr(gpubroker_last_error(), "c.posted"), nullptr) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_seal_posted(nullptr, nullptr), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+}
+
 TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
