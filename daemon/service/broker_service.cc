@@ -104,19 +104,34 @@ grpc::ServerUnaryReactor* BrokerService::Open(grpc::CallbackServerContext* ctx,
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
   }
   auto* reactor = new WaitingOpen(calls_, ctx);
-  WaitId parked = 0;
-  auto now = calls_.OpenAsync(
-      *session, *req, deadline, resp,
-      [reactor, resp](absl::Status status, v1::OpenResponse out) {
-        if (status.ok()) *resp = std::move(out);
-        reactor->Finish(ToGrpcStatus(status));
-      },
-      &parked);
-  if (now) {
-    reactor->Finish(ToGrpcStatus(*now));
-  } else {
-    reactor->Parked(parked);
+  // req and resp live until the reactor finishes.
+  auto open = [this, reactor, view = *session, req, resp, deadline] {
+    WaitId parked = 0;
+    auto now = calls_.OpenAsync(
+        view, *req, deadline, resp,
+        [reactor, resp](absl::Status status, v1::OpenResponse out) {
+          if (status.ok()) *resp = std::move(out);
+          reactor->Finish(ToGrpcStatus(status));
+        },
+        &parked);
+    if (now) {
+      reactor->Finish(ToGrpcStatus(*now));
+    } else {
+      reactor->Parked(parked);
+    }
+  };
+  // An Open that would be refused now is answered after session.sock's
+  // thread has served what it has received: a posted seal that came before
+  // this call is then in (docs/fast-path.md, "Posted seals").
+  if (catch_up_ && !req->wait()) {
+    auto key = FromProto(req->ref());
+    if (key.ok() &&
+        calls_.registry().CouldBecomeOpenable(session->id, *key, req->allow_unsealed())) {
+      catch_up_(std::move(open));
+      return reactor;
+    }
   }
+  open();
   return reactor;
 }
 

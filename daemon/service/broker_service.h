@@ -33,6 +33,12 @@ class BrokerService final : public v1::Broker::WithCallbackMethod_Open<v1::Broke
   BrokerService(BrokerCalls& calls, const NodeStatusCollector& status, DaemonFacts facts,
                 PeerLookup peer_of);
 
+  /// How an Open that would be refused waits for session.sock's thread to
+  /// serve what it has received first (SessionServer::AfterCatchUp); unset:
+  /// it does not.
+  using CatchUp = std::function<void(std::function<void()> then)>;
+  void set_catch_up(CatchUp catch_up) { catch_up_ = std::move(catch_up); }
+
   grpc::Status Allocate(grpc::ServerContext* ctx, const v1::AllocateRequest* req,
                         v1::AllocateResponse* resp) override;
   grpc::ServerUnaryReactor* Open(grpc::CallbackServerContext* ctx, const v1::OpenRequest* req,
@@ -49,6 +55,7 @@ class BrokerService final : public v1::Broker::WithCallbackMethod_Open<v1::Broke
                       v1::StatusResponse* resp) override;
 
  private:
+  CatchUp catch_up_;
   absl::StatusOr<SessionView> Authenticate(const grpc::ServerContextBase& ctx) const;
 
   BrokerCalls& calls_;

@@ -84,6 +84,11 @@ void SessionServer::Stop() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
   thread_.join();
+  {
+    absl::MutexLock lock(&completions_mu_);
+    stopped_ = true;
+  }
+  RunAfterCatchUp();  // asked for while the loop ended: answered now
   listener_.reset();
   v1::SessionFrame bye;
   bye.mutable_goodbye()->set_reason("gpubrokerd is shutting down");
@@ -141,6 +146,15 @@ void SessionServer::Loop() {
         uint64_t count = 0;
         [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
         SendUnmapRequests();
+        bool asked = false;
+        {
+          absl::MutexLock lock(&completions_mu_);
+          asked = !after_catch_up_.empty();
+        }
+        if (asked) {
+          CatchUp(-1);
+          RunAfterCatchUp();
+        }
         continue;  // the completions of parked Opens are taken below
       }
       if (fd == listener_.get()) {
@@ -196,20 +210,25 @@ bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
   // wait, unread, on its session's socket: what was written before this
   // Open's frame is readable now. Serve every other ready connection once,
   // then this Open.
+  CatchUp(asking.fd.get());
+  metrics_.OpenLookedAhead(!registry_.CouldBecomeOpenable(asking.session, *key,
+                                                          open.allow_unsealed()));
+  return false;
+}
+
+void SessionServer::CatchUp(int except_fd) {
   looking_ahead_ = true;
   look_ahead_events_.resize(connections_.size() + 2);
   const int n = ::epoll_wait(epoll_.get(), look_ahead_events_.data(),
                              static_cast<int>(look_ahead_events_.size()), 0);
   for (int i = 0; i < n; ++i) {
     const int fd = look_ahead_events_[i].data.fd;
-    if (fd == asking.fd.get() || fd == wake_.get() || fd == listener_.get()) continue;
+    if (fd == except_fd || fd == wake_.get() || fd == listener_.get()) continue;
     ServeReady(fd, look_ahead_events_[i].events);
   }
   looking_ahead_ = false;
-  metrics_.OpenLookedAhead(!registry_.CouldBecomeOpenable(asking.session, *key,
-                                                          open.allow_unsealed()));
   // Opens that other sessions sent meanwhile: their own senders' frames were
-  // readable at this look-ahead's epoll_wait, so they have been served.
+  // readable at this pass's epoll_wait, so they have been served.
   std::vector<Deferred> deferred;
   deferred.swap(after_look_ahead_);
   for (Deferred& d : deferred) {
@@ -226,7 +245,31 @@ bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
       WatchFor(c, false);
     }
   }
-  return false;
+}
+
+void SessionServer::AfterCatchUp(std::function<void()> then) {
+  {
+    absl::MutexLock lock(&completions_mu_);
+    if (!stopped_) {
+      after_catch_up_.push_back(std::move(then));
+      then = nullptr;
+    }
+  }
+  if (then) {
+    then();
+    return;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+}
+
+void SessionServer::RunAfterCatchUp() {
+  std::vector<std::function<void()>> ready;
+  {
+    absl::MutexLock lock(&completions_mu_);
+    ready.swap(after_catch_up_);
+  }
+  for (auto& then : ready) then();
 }
 
 void SessionServer::DropSilent(std::chrono::steady_clock::time_point now) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -69,6 +70,12 @@ class SessionServer {
   /// Stops accepting, says Goodbye to every client and ends their sessions.
   void Stop();
 
+  /// Runs `then` on session.sock's thread once it has served every frame
+  /// already received on any connection (any thread may ask): an Open over
+  /// gRPC that would be refused thus sees a posted seal that came before it
+  /// (docs/fast-path.md, "Posted seals"). After Stop, `then` runs at once,
+  /// on the caller's thread.
+  void AfterCatchUp(std::function<void()> then);
   /// Connections open now (sessions and peers that have not said Hello yet).
   uint64_t connections() const { return per_uid_.total(); }
 
@@ -115,6 +122,11 @@ class SessionServer {
   /// "Posted seals"). True when the Open is left for later (it came within
   /// another Open's look-ahead, and is answered at its end).
   bool LookAhead(Connection& asking, const v1::Call& call);
+  /// Serves every connection readable now but `except_fd` once, then the
+  /// Opens that were left for the end of it.
+  void CatchUp(int except_fd);
+  /// Runs what AfterCatchUp queued (after a CatchUp).
+  void RunAfterCatchUp();
   void HandleEvents(Connection& c, uint32_t events, bool* drop);
   Outcome OnReadable(Connection& c);
   Outcome ProcessFrames(Connection& c);
@@ -167,6 +179,8 @@ class SessionServer {
   std::vector<Deferred> after_look_ahead_;
   absl::Mutex completions_mu_;
   std::vector<Completion> completions_ ABSL_GUARDED_BY(completions_mu_);
+  std::vector<std::function<void()>> after_catch_up_ ABSL_GUARDED_BY(completions_mu_);
+  bool stopped_ ABSL_GUARDED_BY(completions_mu_) = false;
   std::chrono::steady_clock::time_point resume_accepting_;
 };
 

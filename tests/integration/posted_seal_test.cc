@@ -10,8 +10,11 @@
 #include <thread>
 
 #include "gpubroker/client.hpp"
+#include "gpubroker/v1/broker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/raw_session.h"
 
 namespace gpubroker::testing {
 namespace {
@@ -84,6 +87,47 @@ TEST(PostedSeal, AnOpenReadBeforeThePublishLooksAheadAndFindsIt) {
                 daemon.Metric("gpubroker_session_open_lookaheads_total{result=\"found\"}"),
             1);
   b.release();
+}
+
+// The same over gRPC: its Open runs on another thread, which waits for
+// session.sock's thread to serve what it has received before it refuses.
+TEST(PostedSeal, AGrpcOpenAfterThePostFindsItToo) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto producer = Client::connect(daemon.socket_dir());
+  RawSession consumer(daemon.socket_dir());
+  ASSERT_TRUE(consumer.ok());
+  auto stub = v1::Broker::NewStub(grpc::CreateChannel(
+      "unix:" + daemon.socket_dir() + "/gpubroker.sock", grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 20; ++i) {
+    AllocateOptions o;
+    o.name = "posted.grpc." + std::to_string(i);
+    Buffer b = producer.allocate(4096, o);
+    // Both the Publish and the Open wait while the daemon is stopped, and
+    // its threads race for them when it goes on.
+    ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+    b.seal_posted();
+    grpc::Status status;
+    v1::OpenResponse opened;
+    std::thread open([&] {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("gpubroker-token", consumer.token_hex());
+      ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+      v1::OpenRequest req;
+      req.mutable_ref()->set_name(o.name);
+      status = stub->Open(&ctx, req, &opened);
+    });
+    std::this_thread::sleep_for(20ms);
+    ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
+    open.join();
+    ASSERT_TRUE(status.ok()) << i << ": " << status.error_message();
+    EXPECT_EQ(opened.buffer().state(), v1::BUFFER_STATE_SEALED);
+    v1::Call release;
+    release.mutable_release()->set_id(opened.buffer().id());
+    auto answer = consumer.Exchange(release);
+    ASSERT_TRUE(answer && answer->has_reply()) << i;
+    b.release();
+  }
 }
 
 TEST(PostedSeal, ARefusedPostIsThrownByTheNextCallThatNeedsTheAnswer) {
