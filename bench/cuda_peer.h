@@ -15,10 +15,10 @@ enum PeerOp : uint32_t {
   kOpenWait = 5,    // data: name
   kRelease = 6,
   kQuit = 7,
-  kPing = 8,        // answered at once: the bare round trip between A and B
-  kFloorSetup = 9,  // fd, a: size of a VMM allocation that B maps once
-  kFloor = 10,      // a: fence value, b: fence offset; B waits on it, writes, syncs
-  kEvict = 11,      // B unmaps what its mapping cache keeps (the next open imports)
+  kPing = 8,             // answered at once: the bare round trip between A and B
+  kFloorSetup = 9,       // fd, a: size of a VMM allocation that B maps once
+  kFloor = 10,           // a: fence value, b: fence offset; B waits on it, writes, syncs
+  kEvict = 11,           // B unmaps what its mapping cache keeps (the next open imports)
   kBrokerOpenName = 12,  // data: name; answered as kBrokerOpen (an Open that does not wait)
 };
 

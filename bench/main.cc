@@ -198,7 +198,9 @@ int RunHost(const Options& o) {
         Plotted(StrCat("  bare memfd + SCM_RIGHTS hand-over, ", s), "floor", size));
     Samples& posted = results.emplace_back(
         Samples{StrCat("  variant: A's seal posted (seal_posted; B opens by name), ", s),
-                "bare hand-over", 0, {}});
+                "bare hand-over",
+                0,
+                {}});
     share.baseline = "bare hand-over";
     const int n = size >= (uint64_t{1} << 30) ? std::max(20, o.iterations / 4) : o.iterations;
     daemon_calls.Mark();

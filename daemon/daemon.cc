@@ -196,9 +196,8 @@ absl::Status Daemon::StartGrpc() {
         // Calls arrive only on connections the acceptor handed to gRPC.
         return grpc_acceptor_ ? grpc_acceptor_->PeerOf(peer) : std::nullopt;
       });
-  service_->set_catch_up([this](std::function<void()> then) {
-    sessions_->AfterCatchUp(std::move(then));
-  });
+  service_->set_catch_up(
+      [this](std::function<void()> then) { sessions_->AfterCatchUp(std::move(then)); });
 
   grpc::EnableDefaultHealthCheckService(true);
   // Reflection lists the services and hands out their descriptors: what a

@@ -238,8 +238,8 @@ void Buffer::Reset(bool report_errors) {
     try {
       std::rethrow_exception(refused);
     } catch (const std::exception& e) {
-      detail::ClientImpl::Warn(StrCat("the posted seal of buffer '", info_.name,
-                                      "' was refused: ", e.what()));
+      detail::ClientImpl::Warn(
+          StrCat("the posted seal of buffer '", info_.name, "' was refused: ", e.what()));
     }
     refused = nullptr;
   }

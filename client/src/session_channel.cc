@@ -327,8 +327,8 @@ uint64_t SessionChannel::Post(v1::Call call) {
 }
 
 std::shared_ptr<SessionChannel::Slot> SessionChannel::ForgetPosted(uint64_t id) {
-  auto it = std::find_if(posted_.begin(), posted_.end(),
-                         [id](const auto& p) { return p.first == id; });
+  auto it =
+      std::find_if(posted_.begin(), posted_.end(), [id](const auto& p) { return p.first == id; });
   if (it == posted_.end()) return nullptr;
   std::shared_ptr<Slot> slot = std::move(it->second);
   posted_.erase(it);

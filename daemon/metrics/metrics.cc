@@ -210,10 +210,11 @@ Metrics::Metrics(const NodeStatusCollector& status)
                           .Add({})) {
   auto& looked_ahead = prometheus::BuildCounter()
                            .Name("gpubroker_session_open_lookaheads_total")
-                           .Help("Opens on session.sock that would have been refused (the name "
-                                 "unknown, the buffer not sealed) and made the daemon serve the "
-                                 "frames other sessions had already sent first, as posted seals "
-                                 "need; result: found (served after that) or refused.")
+                           .Help(
+                               "Opens on session.sock that would have been refused (the name "
+                               "unknown, the buffer not sealed) and made the daemon serve the "
+                               "frames other sessions had already sent first, as posted seals "
+                               "need; result: found (served after that) or refused.")
                            .Register(*registry_);
   looked_ahead_[0] = &looked_ahead.Add({{"result", "refused"}});
   looked_ahead_[1] = &looked_ahead.Add({{"result", "found"}});

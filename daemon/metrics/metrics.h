@@ -100,7 +100,7 @@ class Metrics {
   prometheus::Counter& cache_misses_;
   prometheus::Counter& cache_evictions_;
   prometheus::Counter& unmap_requests_;
-  prometheus::Counter* looked_ahead_[2];  // [found]
+  prometheus::Counter* looked_ahead_[2];    // [found]
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   prometheus::Histogram* session_calls_[kSessionCalls];
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;

@@ -211,8 +211,8 @@ bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
   // Open's frame is readable now. Serve every other ready connection once,
   // then this Open.
   CatchUp(asking.fd.get());
-  metrics_.OpenLookedAhead(!registry_.CouldBecomeOpenable(asking.session, *key,
-                                                          open.allow_unsealed()));
+  metrics_.OpenLookedAhead(
+      !registry_.CouldBecomeOpenable(asking.session, *key, open.allow_unsealed()));
   return false;
 }
 

@@ -361,7 +361,6 @@ TEST(GpuFastPath, AReleasedBlockServesNoBufferUntilTheDeviceSynchronizes) {
   EXPECT_EQ(client.stats().in_use_blocks, 0u);
 }
 
-
 // Buffer::seal_posted on a stream whose work is held: the call returns, an
 // Open from another session that comes after it finds the buffer sealed at
 // once, and the reader's stream still waits for the producer's writes.

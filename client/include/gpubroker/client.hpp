@@ -189,8 +189,8 @@ class GPUBROKER_API Buffer {
   mutable BufferInfo info_;  // a client-made buffer gets its id when published
   std::unique_ptr<detail::Mapping> mapping_;
   bool owner_ = false;
-  mutable uint64_t posted_ = 0;            // request id of a posted seal's unread answer
-  mutable std::exception_ptr refused_;     // a posted seal's refusal, not thrown yet
+  mutable uint64_t posted_ = 0;         // request id of a posted seal's unread answer
+  mutable std::exception_ptr refused_;  // a posted seal's refusal, not thrown yet
 };
 
 /// @brief A session with gpubrokerd. Cheap to copy (copies share the session).
