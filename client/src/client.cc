@@ -145,11 +145,26 @@ void Buffer::seal_posted(void* stream) {
   }
   if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
     posted_ = impl_->PostPublish(*block, info_);
-    return;
+  } else {
+    v1::Call call;
+    call.mutable_seal()->set_id(info_.id);
+    posted_ = impl_->PostCall(std::move(call));
   }
-  v1::Call call;
-  call.mutable_seal()->set_id(info_.id);
-  posted_ = impl_->PostCall(std::move(call));  // a Seal frame always fits
+  if (posted_ == 0) {
+    // Not sent (too large for a frame, which these never are): seal as seal() does.
+    if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
+      AdoptPublished(info_, impl_->Publish(*block, info_, true));
+      return;
+    }
+    grpc::ClientContext ctx;
+    impl_->Prepare(ctx);
+    v1::SealRequest req;
+    req.set_id(info_.id);
+    v1::SealResponse resp;
+    grpc::Status s = impl_->stub().Seal(&ctx, req, &resp);
+    if (!s.ok()) impl_->Throw(s);
+    info_ = detail::FromProto(resp.buffer());
+  }
 }
 
 void Buffer::seal(void* stream) {

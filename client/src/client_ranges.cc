@@ -288,7 +288,8 @@ std::unique_ptr<Mapping> ClientImpl::AllocateLocal(uint64_t size, const Allocate
 }
 
 uint64_t ClientImpl::PostPublish(const LocalBlock& lb, const BufferInfo& info) {
-  const uint64_t id = PostCall(PublishCall(lb, info, true));  // always fits in a frame
+  const uint64_t id = PostCall(PublishCall(lb, info, true));
+  if (id == 0) return 0;  // not sent: the caller publishes as Publish does
   publishes_++;
   if (DebugOn()) {
     Debug(StrCat("publish+seal ", FormatBytes(lb.size), ": posted (its answer is read later)"));
