@@ -88,18 +88,12 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
                   cudaMemHandleTypePosixFileDescriptor, 0),
               "cudaMemPoolImportFromShareableHandle");
         break;
-      case kBrokerOpen: {
-        OpenOptions oo;
-        oo.stream = stream;
-        state.buffer.emplace(client.open(static_cast<BufferId>(m.a), oo));
-        reply.a = NowNs() - t0;
-        reply.b = write_and_sync(state.buffer->data());
-        break;
-      }
+      case kBrokerOpen:
       case kBrokerOpenName: {
         OpenOptions oo;
         oo.stream = stream;
-        state.buffer.emplace(client.open(std::string_view(m.data), oo));
+        state.buffer.emplace(m.op == kBrokerOpen ? client.open(static_cast<BufferId>(m.a), oo)
+                                                 : client.open(std::string_view(m.data), oo));
         reply.a = NowNs() - t0;
         reply.b = write_and_sync(state.buffer->data());
         break;

@@ -131,43 +131,11 @@ void Buffer::EnsurePublished() const noexcept {
   }
 }
 
-void Buffer::seal_posted(void* stream) {
-  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
-  impl_->CheckProcess();
-  if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
-  Settle();
-  ThrowRefused();
-  const auto fence_start = std::chrono::steady_clock::now();
-  mapping_->RecordReady(stream);
-  if (detail::ClientImpl::DebugOn()) {
-    detail::ClientImpl::Debug(StrCat("seal: fence recorded in ",
-                                     FormatMicros(std::chrono::steady_clock::now() - fence_start)));
-  }
-  if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
-    posted_ = impl_->PostPublish(*block, info_);
-  } else {
-    v1::Call call;
-    call.mutable_seal()->set_id(info_.id);
-    posted_ = impl_->PostCall(std::move(call));
-  }
-  if (posted_ == 0) {
-    // Not sent (too large for a frame, which these never are): seal as seal() does.
-    if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
-      AdoptPublished(info_, impl_->Publish(*block, info_, true));
-      return;
-    }
-    grpc::ClientContext ctx;
-    impl_->Prepare(ctx);
-    v1::SealRequest req;
-    req.set_id(info_.id);
-    v1::SealResponse resp;
-    grpc::Status s = impl_->stub().Seal(&ctx, req, &resp);
-    if (!s.ok()) impl_->Throw(s);
-    info_ = detail::FromProto(resp.buffer());
-  }
-}
+void Buffer::seal_posted(void* stream) { Seal(stream, true); }
 
-void Buffer::seal(void* stream) {
+void Buffer::seal(void* stream) { Seal(stream, false); }
+
+void Buffer::Seal(void* stream, bool posted) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "seal on an empty Buffer handle");
   impl_->CheckProcess();
   if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
@@ -180,8 +148,21 @@ void Buffer::seal(void* stream) {
     detail::ClientImpl::Debug(StrCat("seal: fence recorded in ",
                                      FormatMicros(std::chrono::steady_clock::now() - fence_start)));
   }
-  if (const detail::LocalBlock* block = mapping_->local_block(); block && info_.id == 0) {
-    AdoptPublished(info_, impl_->Publish(*block, info_, true));  // name and seal in one frame
+  const detail::LocalBlock* block = mapping_->local_block();
+  const bool publish = block != nullptr && info_.id == 0;  // name and seal in one frame
+  if (posted) {
+    if (publish) {
+      posted_ = impl_->PostPublish(*block, info_);
+    } else {
+      v1::Call call;
+      call.mutable_seal()->set_id(info_.id);
+      posted_ = impl_->PostCall(std::move(call));
+    }
+    if (posted_ != 0) return;
+    // Not sent (too large for a frame, which these never are): sealed as seal() does.
+  }
+  if (publish) {
+    AdoptPublished(info_, impl_->Publish(*block, info_, true));
     return;
   }
   v1::Call call;

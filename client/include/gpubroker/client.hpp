@@ -175,6 +175,7 @@ class GPUBROKER_API Buffer {
   friend class Client;
   Buffer(std::shared_ptr<detail::ClientImpl> impl, BufferInfo info,
          std::unique_ptr<detail::Mapping> mapping, bool owner);
+  void Seal(void* stream, bool posted);
   void Reset(bool report_errors);
   void ResetNow(bool report_errors);
   void EnsurePublished() const noexcept;
