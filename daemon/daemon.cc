@@ -474,6 +474,9 @@ void Daemon::ReapExpired() {
   while (registry_->AwaitTimers(absl::Seconds(1))) {
     registry_->ExpireWaits(std::chrono::steady_clock::now());
     const ExpiryReport r = registry_->ExpireDue(absl::ToUnixMillis(absl::Now()));
+    if (r.tickets_expired > 0) {
+      spdlog::info("tickets: {} expired unclaimed; their leases dropped", r.tickets_expired);
+    }
     if (r.buffers_expired > 0) {
       spdlog::info("reclaim: TTL passed for {} buffers, {} returned ({} bytes)", r.buffers_expired,
                    FormatBytes(r.reclaimed_bytes), r.reclaimed_bytes);

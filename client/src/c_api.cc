@@ -4,6 +4,7 @@
 // Over 500 lines on purpose: every entry point of the ABI in one translation
 // unit, each a few lines over the C++ API.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -205,7 +206,13 @@ gpubroker_status_t CheckDlpackFlags(uint32_t flags) {
 // may never come. Host memory has nothing to wait for, nor has a buffer this
 // client made and not published (it is unsealed; asking for its state would
 // publish it, a round trip that the seal's publication makes anyway).
+// A posted claim's answer, taken before anything hands out its memory.
+gpubroker_status_t SettleClaim(const gpubroker_buffer_t& b) {
+  return Guard([&] { b.held->buffer.settle_claim(); });
+}
+
 gpubroker_status_t WaitIfSealed(gpubroker_buffer_t& b, void* stream) {
+  if (const auto s = SettleClaim(b); s != GPUBROKER_OK) return s;
   gpubroker::Buffer& buffer = b.buffer();
   if (buffer.device_ordinal() < 0 || !buffer.is_published() ||
       buffer.info().state != gpubroker::BufferState::kSealed) {
@@ -393,6 +400,41 @@ gpubroker_status_t gpubroker_status_json(gpubroker_client_t* client, char** out)
 
 void gpubroker_string_free(char* s) { std::free(s); }
 
+gpubroker_status_t gpubroker_buffer_ticket(gpubroker_buffer_t* buffer, uint64_t ttl_ms, char** out,
+                                           size_t* size) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr && out != nullptr && size != nullptr);
+  GPUBROKER_CHECK_ARG(ttl_ms <= uint64_t{3600} * 1000);
+  return Guard([&] {
+    const std::string t = buffer->buffer().ticket(
+        std::chrono::milliseconds(ttl_ms == 0 ? 60000 : static_cast<int64_t>(ttl_ms)));
+    char* bytes = static_cast<char*>(std::malloc(t.size() + 1));
+    if (bytes == nullptr) throw std::bad_alloc();
+    std::memcpy(bytes, t.data(), t.size());
+    bytes[t.size()] = '\0';
+    *out = bytes;
+    *size = t.size();
+  });
+}
+
+gpubroker_status_t gpubroker_claim(gpubroker_client_t* client, const void* ticket, size_t size,
+                                   int posted, gpubroker_buffer_t** out) {
+  GPUBROKER_CHECK_ARG(client != nullptr && ticket != nullptr && out != nullptr);
+  return Guard([&] {
+    const std::string_view t(static_cast<const char*>(ticket), size);
+    *out = Wrap(posted ? client->client.claim_posted(t) : client->client.claim(t));
+  });
+}
+
+gpubroker_status_t gpubroker_ticket_socket_dir(const void* ticket, size_t size, char** out) {
+  GPUBROKER_CHECK_ARG(ticket != nullptr && out != nullptr);
+  return Guard([&] { *out = CopyString(gpubroker::detail::TicketSocketDir(ticket, size)); });
+}
+
+gpubroker_status_t gpubroker_buffer_settle(gpubroker_buffer_t* buffer) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr);
+  return Guard([&] { buffer->buffer().settle(); });
+}
+
 gpubroker_status_t gpubroker_buffer_seal(gpubroker_buffer_t* buffer) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
   return Guard([&] { buffer->buffer().seal(); });
@@ -415,6 +457,7 @@ gpubroker_status_t gpubroker_buffer_seal_posted(gpubroker_buffer_t* buffer, void
 
 gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer, void* stream) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
+  if (const auto s = SettleClaim(*buffer); s != GPUBROKER_OK) return s;
   return Guard([&] { buffer->buffer().wait_ready(stream); });
 }
 
@@ -477,6 +520,7 @@ gpubroker_status_t gpubroker_buffer_ready_stream(gpubroker_buffer_t* b, void** s
 
 gpubroker_status_t gpubroker_buffer_view(gpubroker_buffer_t* b, gpubroker_view_t** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
+  if (const auto s = SettleClaim(*b); s != GPUBROKER_OK) return s;
   return Guard([&] {
     CheckNotForked(*b->held);
     *out = new gpubroker_view{b->held};
@@ -533,6 +577,7 @@ gpubroker_status_t gpubroker_buffer_get_facts(const gpubroker_buffer_t* b,
     return Fail(GPUBROKER_INVALID_ARGUMENT,
                 "gpubroker_buffer_facts_t.struct_size is too small: set it to the struct's size");
   }
+  if (const auto s = SettleClaim(*b); s != GPUBROKER_OK) return s;
   const gpubroker::Buffer& buffer = b->buffer();
   gpubroker_buffer_facts_t f{};
   f.struct_size = static_cast<uint32_t>(std::min<size_t>(facts->struct_size, sizeof(f)));

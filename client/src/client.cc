@@ -1,3 +1,7 @@
+// Over 500 lines on purpose: the public Buffer and Client, each call a few
+// lines over ClientImpl, in one place (a handle's posted answers, tickets and
+// claims, releases). The paths they take live in client_impl.cc,
+// client_ranges.cc and client_mapping.cc.
 #include "gpubroker/client.hpp"
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include "client/src/client_impl.h"
 #include "common/paths.h"
 #include "common/strings.h"
+#include "common/token.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "common/wire/routing.h"
@@ -17,6 +22,14 @@
 namespace gpubroker {
 
 namespace detail {
+
+std::string TicketSocketDir(const void* ticket, size_t size) {
+  v1::Ticket t;
+  if (!t.ParseFromArray(ticket, static_cast<int>(size)) || t.secret().empty()) {
+    ThrowError(ErrorCode::kInvalidArgument, "not a gpubroker ticket (Buffer::ticket() makes them)");
+  }
+  return t.socket_dir();
+}
 bool ParseBufferId(std::string_view s, BufferId* id) {
   return !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) && ParseInt(s, id);
 }
@@ -54,6 +67,8 @@ Buffer::Buffer(Buffer&& other) noexcept
       mapping_(std::move(other.mapping_)),
       owner_(other.owner_),
       posted_(std::exchange(other.posted_, 0)),
+      claim_(std::exchange(other.claim_, false)),
+      holds_(std::move(other.holds_)),
       refused_(std::exchange(other.refused_, nullptr)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -64,12 +79,17 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     mapping_ = std::move(other.mapping_);
     owner_ = other.owner_;
     posted_ = std::exchange(other.posted_, 0);
+    claim_ = std::exchange(other.claim_, false);
+    holds_ = std::move(other.holds_);
     refused_ = std::exchange(other.refused_, nullptr);
   }
   return *this;
 }
 
-void* Buffer::data() const noexcept { return mapping_ ? mapping_->data() : nullptr; }
+void* Buffer::data() const noexcept {
+  if (claim_) SettleQuietly();
+  return mapping_ ? mapping_->data() : nullptr;
+}
 
 BufferId Buffer::id() const noexcept {
   SettleQuietly();
@@ -89,14 +109,50 @@ bool Buffer::is_published() const noexcept {
 }
 
 void Buffer::Settle() const {
-  if (posted_ == 0 || !impl_) return;
-  const uint64_t request = std::exchange(posted_, 0);
-  v1::Reply reply = impl_->CollectCall(request);
-  if (reply.has_publish()) {
-    AdoptPublished(info_, detail::FromProto(reply.publish().buffer()));
-  } else {
-    info_ = detail::FromProto(reply.seal().buffer());
+  if (!impl_) return;
+  if (posted_ != 0) {
+    const uint64_t request = std::exchange(posted_, 0);
+    v1::Reply reply = impl_->CollectCall(request);
+    if (claim_) {
+      // The lease is this handle's from here on: a failed map still releases it.
+      info_ = detail::FromProto(reply.claim().buffer());
+      mapping_ = impl_->Map(reply.claim().import(), info_.id);
+      claim_ = false;  // left set when refused: the handle never gets memory
+    } else if (reply.has_publish()) {
+      AdoptPublished(info_, detail::FromProto(reply.publish().buffer()));
+    } else {
+      info_ = detail::FromProto(reply.seal().buffer());
+    }
   }
+  // Tickets' holds: only a refusal matters (the buffer is the one held).
+  while (!holds_.empty()) {
+    const uint64_t request = holds_.front();
+    holds_.erase(holds_.begin());
+    impl_->CollectCall(request);
+  }
+}
+
+void Buffer::SettleClaim() const {
+  if (!claim_) return;
+  Settle();        // the answer, if it is still out
+  ThrowRefused();  // its refusal, once
+  if (claim_) {
+    ThrowError(ErrorCode::kFailedPrecondition,
+               "this handle's posted claim was refused: it holds no buffer");
+  }
+}
+
+void Buffer::settle_claim() {
+  if (!impl_ || !claim_) return;
+  impl_->CheckProcess();
+  SettleClaim();
+}
+
+void Buffer::settle() {
+  if (!impl_) return;
+  impl_->CheckProcess();
+  Settle();
+  ThrowRefused();
 }
 
 void Buffer::SettleQuietly() const noexcept {
@@ -182,9 +238,58 @@ void Buffer::Seal(void* stream, bool posted) {
   info_ = detail::FromProto(resp.buffer());
 }
 
+std::string Buffer::ticket(std::chrono::milliseconds ttl) {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "ticket on an empty Buffer handle");
+  impl_->CheckProcess();
+  SettleClaim();
+  ThrowRefused();
+  if (ttl.count() <= 0) ThrowError(ErrorCode::kInvalidArgument, "a ticket's ttl must be positive");
+  const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
+  if (info_.id == 0 && block != nullptr && posted_ == 0) {
+    // Never published: the daemon must know it before it can hold it.
+    AdoptPublished(info_, impl_->Publish(*block, info_, false));
+  }
+  const Token secret = RandomToken();
+  v1::Call call;
+  v1::HoldRequest* hold = call.mutable_hold();
+  if (info_.id != 0) {
+    hold->set_id(info_.id);
+  } else {
+    // Published by a posted seal whose answer (the id) is not read yet.
+    hold->set_range_id(block->block.range_id);
+    hold->set_offset(block->block.offset);
+  }
+  hold->set_secret(secret.data(), secret.size());
+  hold->set_ttl_ms(static_cast<uint64_t>(ttl.count()));
+  const uint64_t request = impl_->PostCall(call);
+  if (request != 0) {
+    holds_.push_back(request);
+  } else {
+    v1::Reply reply;  // not sent (never: a hold is small): held as a call
+    impl_->Call(std::move(call), &reply);
+  }
+  v1::Ticket t;
+  t.set_secret(secret.data(), secret.size());
+  t.set_socket_dir(impl_->socket_dir());
+  BufferInfo preview = info_;
+  if (posted_ != 0) preview.state = BufferState::kSealed;  // its seal is on its way
+  *t.mutable_buffer() = detail::ToProto(preview);
+  t.set_expires_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch() + ttl)
+                            .count());
+  if (detail::ClientImpl::DebugOn()) {
+    detail::ClientImpl::Debug(StrCat("ticket for buffer ",
+                                     info_.id != 0 ? StrCat(info_.id) : "(id on its way)",
+                                     ": hold posted"));
+  }
+  return t.SerializeAsString();
+}
+
 void Buffer::wait_ready(void* stream) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on an empty Buffer handle");
   impl_->CheckProcess();
+  SettleClaim();
+  ThrowRefused();
   if (!mapping_) {
     ThrowError(ErrorCode::kFailedPrecondition, "wait_ready on a buffer opened without map");
   }
@@ -194,10 +299,15 @@ void Buffer::wait_ready(void* stream) {
 void* Buffer::ready_stream() {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "ready_stream on an empty Buffer handle");
   impl_->CheckProcess();
+  SettleClaim();
+  ThrowRefused();
   return mapping_->ReadyStream();
 }
 
-int Buffer::device_ordinal() const noexcept { return mapping_ ? mapping_->device_ordinal() : -1; }
+int Buffer::device_ordinal() const noexcept {
+  if (claim_) SettleQuietly();
+  return mapping_ ? mapping_->device_ordinal() : -1;
+}
 
 void Buffer::release() { Reset(true); }
 
@@ -235,7 +345,7 @@ void Buffer::Reset(bool report_errors) {
       std::rethrow_exception(refused);
     } catch (const std::exception& e) {
       detail::ClientImpl::Warn(
-          StrCat("the posted seal of buffer '", info_.name, "' was refused: ", e.what()));
+          StrCat("a posted call on buffer '", info_.name, "' was refused: ", e.what()));
     }
     refused = nullptr;
   }
@@ -283,6 +393,7 @@ void ClientImpl::Release(BufferRelease release, bool report_errors) {
     FreeLocal(*block, published);
     if (!published) return;
   }
+  if (release.id == 0) return;  // a posted claim that was refused: no lease
   v1::Call call;
   call.mutable_release()->set_id(release.id);
   call.mutable_release()->set_free(release.free);
@@ -492,6 +603,42 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;
 }
+
+Buffer Client::Claim(std::string_view ticket, bool posted) {
+  impl_->CheckProcess();
+  impl_->FinishReleases(false);
+  v1::Ticket t;
+  if (!t.ParseFromArray(ticket.data(), static_cast<int>(ticket.size())) || t.secret().empty()) {
+    ThrowError(ErrorCode::kInvalidArgument, "not a gpubroker ticket (Buffer::ticket() makes them)");
+  }
+  v1::Call call;
+  call.mutable_claim()->set_secret(t.secret());
+  if (posted) {
+    const uint64_t request = impl_->PostCall(call);
+    if (request != 0) {
+      BufferInfo preview = detail::FromProto(t.buffer());
+      preview.id = 0;  // no lease until the answer: nothing to give back before it
+      Buffer buffer(impl_, std::move(preview), nullptr, false);
+      buffer.posted_ = request;
+      buffer.claim_ = true;
+      if (detail::ClientImpl::DebugOn()) detail::ClientImpl::Debug("claim: posted");
+      return buffer;
+    }
+  }
+  v1::Reply reply;
+  impl_->Call(std::move(call), &reply);
+  if (detail::ClientImpl::DebugOn()) {
+    detail::ClientImpl::Debug(
+        StrCat("claim buffer ", reply.claim().buffer().id(), detail::ClientImpl::CallTiming()));
+  }
+  Buffer buffer(impl_, detail::FromProto(reply.claim().buffer()), nullptr, false);
+  buffer.mapping_ = impl_->Map(reply.claim().import(), buffer.id());
+  return buffer;
+}
+
+Buffer Client::claim(std::string_view ticket) { return Claim(ticket, false); }
+
+Buffer Client::claim_posted(std::string_view ticket) { return Claim(ticket, true); }
 
 Buffer Client::open(std::string_view name, const OpenOptions& options) {
   return Open(0, name, options);

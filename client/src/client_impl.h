@@ -431,6 +431,10 @@ class ClientImpl {
 /// with a digit, so nothing else reads as one.
 bool ParseBufferId(std::string_view name_or_id, BufferId* id);
 
+/// The socket directory of a ticket's daemon. Throws InvalidArgumentError
+/// for bytes that are not a ticket.
+std::string TicketSocketDir(const void* ticket, size_t size);
+
 /// Throws the Error that matches an internal status.
 [[noreturn]] void ThrowStatus(const absl::Status& status);
 /// Throws the daemon's refusal that came on session.sock.
@@ -473,6 +477,7 @@ void CudaSynchronize(int device);
 
 // Conversions to and from the wire (convert.cc).
 BufferInfo FromProto(const v1::BufferInfo& info);
+v1::BufferInfo ToProto(const BufferInfo& info);
 BrokerStatus FromProto(const v1::StatusResponse& status);
 /// By id when `id` is not 0, else by name.
 v1::BufferRef ToRef(BufferId id, std::string_view name);

@@ -70,6 +70,29 @@ BufferInfo FromProto(const v1::BufferInfo& b) {
   return info;
 }
 
+v1::BufferInfo ToProto(const BufferInfo& info) {
+  v1::BufferInfo b;
+  b.set_id(info.id);
+  b.set_name(info.name);
+  b.set_size(info.size);
+  b.set_reserved_size(info.reserved_size);
+  b.set_device_uuid(info.device_uuid);
+  b.set_tenant(info.tenant);
+  b.set_state(info.state == BufferState::kSealed  ? v1::BUFFER_STATE_SEALED
+              : info.state == BufferState::kFreed ? v1::BUFFER_STATE_FREED
+                                                  : v1::BUFFER_STATE_ALLOCATED);
+  if (info.tensor) TensorToProto(*info.tensor, b.mutable_tensor());
+  b.set_keep(info.keep);
+  b.set_expires_unix_ms(info.expires_unix_ms);
+  for (const auto& t : info.shared_with) b.add_shared_with(t);
+  b.set_leases(info.leases);
+  b.set_owner_session(info.owner_session);
+  b.set_created_unix_ms(info.created_unix_ms);
+  b.set_backing(info.backing);
+  b.set_client_made(info.client_made);
+  return b;
+}
+
 BrokerStatus FromProto(const v1::StatusResponse& r) {
   BrokerStatus s;
   s.version = r.version();

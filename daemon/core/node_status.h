@@ -86,6 +86,9 @@ struct NodeStatus {
     uint64_t reclaimed_closed = 0;  // bytes given back without a Free, by cause
     uint64_t reclaimed_died = 0;
     uint64_t reclaimed_ttl = 0;
+    uint64_t tickets_held = 0;  // tickets: held, claimed, expired unclaimed
+    uint64_t tickets_claimed = 0;
+    uint64_t tickets_expired = 0;
   };
   Totals totals;
 };

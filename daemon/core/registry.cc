@@ -1,7 +1,7 @@
 // Over 500 lines on purpose: a buffer's whole life under the registry's one
 // lock (allocate, name, open, seal, lease, free, TTL, descriptors). Sessions,
-// waits and ranges live in registry_sessions.cc, registry_waits.cc and
-// registry_ranges.cc.
+// waits, ranges and tickets live in registry_sessions.cc, registry_waits.cc,
+// registry_ranges.cc and registry_tickets.cc.
 #include "daemon/core/registry.h"
 
 #include <algorithm>
@@ -107,6 +107,7 @@ void Registry::GrantLease(Session& s, Buffer& b) {
 void Registry::MarkFreed(Buffer& b) {
   if (b.freed) return;
   b.freed = true;
+  b.sealed_when_freed = b.view.state == BufferState::kSealed;
   b.view.state = BufferState::kFreed;
   if (!b.view.name.empty()) names_.Remove(b.view.tenant, b.view.name, b.view.id);
   if (b.in_expiries) {
@@ -470,6 +471,7 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
   ExpiryReport report;
   Graveyard dead;
   absl::MutexLock lock(&mu_);
+  ExpireTickets(now_unix_ms, report, dead);
   while (!expiries_.empty() && expiries_.begin()->first <= now_unix_ms) {
     // The entry goes before anything else happens, so that each pass of this
     // loop consumes one entry whatever the books say about its buffer.
@@ -492,8 +494,7 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
 
 std::optional<int64_t> Registry::NextExpiry() const {
   absl::ReaderMutexLock lock(&mu_);
-  if (expiries_.empty()) return std::nullopt;
-  return expiries_.begin()->first;
+  return NextExpiryLocked();
 }
 
 std::shared_ptr<const TenantDirectory> Registry::tenants() const {

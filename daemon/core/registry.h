@@ -161,7 +161,24 @@ struct SessionEndReport {
   uint64_t bytes_kept_for_others = 0;  // published blocks that other sessions still hold
 };
 
+/// A ticket to hold (docs/fast-path.md, "Tickets"): the buffer by id, or by
+/// the block of the session's range it was published from (range, offset).
+struct HoldParams {
+  BufferId id = 0;
+  RangeId range = 0;
+  uint64_t offset = 0;
+  std::string secret;
+  uint64_t ttl_ms = 0;  // 0: kDefaultTicketTtlMs
+};
+inline constexpr uint64_t kDefaultTicketTtlMs = 60 * 1000;
+inline constexpr uint64_t kMaxTicketTtlMs = 3600 * 1000;
+inline constexpr size_t kMinTicketSecret = 16;
+inline constexpr size_t kMaxTicketSecret = 64;
+/// Tickets a tenant may have held and not yet claimed at once.
+inline constexpr uint32_t kMaxTicketsPerTenant = 65536;
+
 struct ExpiryReport {
+  uint32_t tickets_expired = 0;
   uint32_t buffers_expired = 0;
   uint32_t buffers_destroyed = 0;
   uint64_t reclaimed_bytes = 0;
@@ -248,6 +265,22 @@ class Registry final : public MappingHolders {
   absl::StatusOr<RangeGrant> LeaseRange(SessionId session, const RangeParams& params);
   /// Gives a range back; its published blocks that others hold stay.
   absl::Status ReturnRange(SessionId session, RangeId range);
+  // Tickets (session.sock; docs/fast-path.md, "Tickets") -------------------
+
+  /// Keeps one lease on a buffer the session holds a lease on, for whoever
+  /// claims `secret` within the TTL; the session may end meanwhile. Returns
+  /// the buffer's id.
+  absl::StatusOr<BufferId> Hold(SessionId session, const HoldParams& params);
+  /// The ticket's lease becomes the session's (once): an Open's grant.
+  /// NOT_FOUND for a secret not held (claimed, expired, never held) or a
+  /// buffer the session's tenant may not see (the ticket then stays);
+  /// FAILED_PRECONDITION while the buffer is not sealed.
+  absl::StatusOr<BufferGrant> Claim(SessionId session, const std::string& secret);
+  /// True when a Claim of `secret` would be refused now for a reason that a
+  /// frame already on its way could end: no such ticket yet, or its buffer
+  /// not sealed yet (posted seals and holds; SessionServer looks ahead).
+  bool CouldBecomeClaimable(const std::string& secret) const;
+
   /// Makes a block of the session's range a buffer (sealed at once with `seal`).
   absl::StatusOr<BufferGrant> Publish(SessionId session, const PublishParams& params);
   /// The session's blocks returned since the last call (its client reuses them).
@@ -327,14 +360,21 @@ class Registry final : public MappingHolders {
   struct Buffer {
     BufferView view;
     bool freed = false;
-    bool in_expiries = false;      // {view.expires_unix_ms, id} is in expiries_
-    bool owns_descriptor = false;  // counted as such in the books
+    bool sealed_when_freed = false;  // its writes were complete: a ticket's claimer may read them
+    bool in_expiries = false;        // {view.expires_unix_ms, id} is in expiries_
+    bool owns_descriptor = false;    // counted as such in the books
     std::shared_ptr<BackendBuffer> memory;
     // A client-made buffer: its range while that lives (its bytes are the
     // range's, charged with it), and its offset there.
     RangeId range = 0;
     uint64_t range_offset = 0;
     bool charged = true;  // its reserved bytes count in its tenant's books by themselves
+  };
+  // A lease kept for a ticket's claimer.
+  struct Ticket {
+    BufferId buffer = 0;
+    std::string tenant;  // the buffer's, whose cap it counts in
+    int64_t expires_unix_ms = 0;
   };
   struct Range {
     SessionId session = 0;
@@ -407,6 +447,16 @@ class Registry final : public MappingHolders {
   // bytes that went back.
   uint64_t EndRange(RangeId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::chrono::steady_clock::time_point WaitDeadline(const OpenParams& params) const;
+  // Sealed, or freed after it was: a ticket's buffer may be claimed.
+  static bool SealedForClaim(const Buffer& b);
+  // Drops a ticket (claimed: its lease moves; expired: its lease goes).
+  void ForgetTicket(absl::flat_hash_map<std::string, Ticket>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the tickets whose TTL has passed; their buffers may go.
+  void ExpireTickets(int64_t now_unix_ms, ExpiryReport& report, Graveyard& dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The earliest TTL of a buffer or a ticket, if any.
+  std::optional<int64_t> NextExpiryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Retries the waiters that a change to `b` (it appeared, or was sealed) may serve.
   void Wake(BufferId id, Answers& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unparks a waiter and answers it with `result`.
@@ -435,6 +485,9 @@ class Registry final : public MappingHolders {
   std::shared_ptr<const TenantDirectory> tenants_ ABSL_GUARDED_BY(mu_);
   TenantBooks books_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, BufferId>> expiries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);  // by secret
+  std::set<std::pair<int64_t, std::string>> ticket_expiries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> tickets_by_tenant_ ABSL_GUARDED_BY(mu_);
   NodeStatus::Totals totals_ ABSL_GUARDED_BY(mu_);
   // Who keeps which allocation mapped after its buffers went.
   absl::flat_hash_map<AllocationId, absl::flat_hash_set<SessionId>> mapped_by_ ABSL_GUARDED_BY(mu_);

@@ -197,6 +197,9 @@ uint64_t Registry::ReleaseAll() {
   mapped_by_.clear();
   names_.Clear();
   expiries_.clear();
+  tickets_.clear();
+  ticket_expiries_.clear();
+  tickets_by_tenant_.clear();
   sessions_.clear();
   by_token_.clear();
   books_.Clear();

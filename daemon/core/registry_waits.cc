@@ -157,9 +157,7 @@ bool Registry::AwaitTimers(absl::Duration at_most) {
   absl::MutexLock lock(&mu_);
   if (timers_stopped_) return false;
   absl::Duration wait = at_most;
-  if (!expiries_.empty()) {
-    wait = std::min(wait, absl::Milliseconds(expiries_.begin()->first - Now()));
-  }
+  if (auto next = NextExpiryLocked()) wait = std::min(wait, absl::Milliseconds(*next - Now()));
   if (auto next = waits_.NextDeadline()) {
     wait = std::min(wait, absl::FromChrono(*next - std::chrono::steady_clock::now()));
   }

@@ -124,6 +124,13 @@ class Metrics::StateCollector final : public prometheus::Collectable {
     count(reclaimed, {{"cause", "died"}}, n.reclaimed_died);
     count(reclaimed, {{"cause", "closed"}}, n.reclaimed_closed);
     count(reclaimed, {{"cause", "ttl"}}, n.reclaimed_ttl);
+    auto& tickets = counter("gpubroker_tickets_total",
+                            "Tickets by event: held (a lease kept for a claimer), claimed (the "
+                            "lease moved to the claimer's session), expired (unclaimed; its lease "
+                            "dropped). Held less the other two are outstanding.");
+    count(tickets, {{"event", "held"}}, n.tickets_held);
+    count(tickets, {{"event", "claimed"}}, n.tickets_claimed);
+    count(tickets, {{"event", "expired"}}, n.tickets_expired);
 
     auto& ranges = gauge("gpubroker_tenant_range_bytes",
                          "Bytes of the ranges that a tenant's clients lease (charged to it).");
@@ -245,8 +252,8 @@ Metrics::Metrics(const NodeStatusCollector& status)
                                 "(the daemon's own work, not the round trip).")
                             .Register(*registry_);
   static constexpr const char* kSessionCallNames[kSessionCalls] = {
-      "allocate",    "open",         "publish",    "seal", "release",
-      "lease_range", "return_range", "fd_request", "other"};
+      "allocate",     "open",       "publish", "seal",  "release", "lease_range",
+      "return_range", "fd_request", "hold",    "claim", "other"};
   for (int i = 0; i < kSessionCalls; ++i) {
     session_calls_[i] = &session_calls.Add(
         {{"call", kSessionCallNames[i]}},

@@ -65,6 +65,8 @@ class Metrics {
     kLeaseRange,
     kReturnRange,
     kFdRequest,
+    kHold,
+    kClaim,
     kOther,
   };
   static constexpr int kSessionCalls = static_cast<int>(SessionCall::kOther) + 1;

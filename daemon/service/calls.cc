@@ -186,6 +186,29 @@ absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest
   return absl::OkStatus();
 }
 
+absl::Status BrokerCalls::Hold(const SessionView& s, const v1::HoldRequest& req,
+                               v1::HoldResponse* resp) {
+  HoldParams p;
+  p.id = req.id();
+  p.range = req.range_id();
+  p.offset = req.offset();
+  p.secret = req.secret();
+  p.ttl_ms = req.ttl_ms();
+  auto id = registry_.Hold(s.id, p);
+  if (!id.ok()) return Refuse("Hold", &s, id.status());
+  resp->set_id(*id);
+  return absl::OkStatus();
+}
+
+absl::Status BrokerCalls::Claim(const SessionView& s, const v1::ClaimRequest& req,
+                                v1::OpenResponse* resp) {
+  auto grant = registry_.Claim(s.id, req.secret());
+  if (!grant.ok()) return Refuse("Claim", &s, grant.status());
+  ToProto(grant->buffer, resp->mutable_buffer());
+  ToProto(grant->import, resp->mutable_import());
+  return absl::OkStatus();
+}
+
 void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters& c) {
   ClientCounters counters;
   counters.allocations = c.allocations();

@@ -57,6 +57,10 @@ class BrokerCalls {
   absl::Status ReturnRange(const SessionView& s, const v1::ReturnRangeRequest& req);
   absl::Status Publish(const SessionView& s, const v1::PublishRequest& req,
                        v1::PublishResponse* resp);
+  /// Tickets (docs/fast-path.md, "Tickets"): a lease kept for a claimer,
+  /// and its claim, answered as an Open.
+  absl::Status Hold(const SessionView& s, const v1::HoldRequest& req, v1::HoldResponse* resp);
+  absl::Status Claim(const SessionView& s, const v1::ClaimRequest& req, v1::OpenResponse* resp);
   void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);
   /// The client no longer maps these allocations.
   void Unmapped(const SessionView& s, const v1::Unmapped& unmapped);

@@ -193,13 +193,16 @@ void SessionServer::ServeReady(int fd, uint32_t events) {
   }
 }
 
-bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
+bool SessionServer::CouldBeServedLater(const Connection& asking, const v1::Call& call) {
+  if (call.has_claim()) return registry_.CouldBecomeClaimable(call.claim().secret());
   const v1::OpenRequest& open = call.open();
   if (open.wait()) return false;  // parked: the seal wakes it whenever it comes
   auto key = FromProto(open.ref());
-  if (!key.ok() || !registry_.CouldBecomeOpenable(asking.session, *key, open.allow_unsealed())) {
-    return false;
-  }
+  return key.ok() && registry_.CouldBecomeOpenable(asking.session, *key, open.allow_unsealed());
+}
+
+bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
+  if (!CouldBeServedLater(asking, call)) return false;
   if (looking_ahead_) {
     // Read in a look-ahead: answered once it is over, when whatever was
     // sent before this Open has been served.
@@ -211,8 +214,7 @@ bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
   // Open's frame is readable now. Serve every other ready connection once,
   // then this Open.
   CatchUp(asking.fd.get());
-  metrics_.OpenLookedAhead(
-      !registry_.CouldBecomeOpenable(asking.session, *key, open.allow_unsealed()));
+  metrics_.OpenLookedAhead(!CouldBeServedLater(asking, call));
   return false;
 }
 
@@ -472,6 +474,10 @@ Metrics::SessionCall CallOf(const v1::SessionFrame& frame) {
       return C::kLeaseRange;
     case v1::Call::kReturnRange:
       return C::kReturnRange;
+    case v1::Call::kHold:
+      return C::kHold;
+    case v1::Call::kClaim:
+      return C::kClaim;
     default:
       return C::kOther;
   }
@@ -604,6 +610,13 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         break;
       case v1::Call::kPublish:
         status = calls_.Publish(c.view, call.publish(), r->mutable_publish());
+        break;
+      case v1::Call::kHold:
+        status = calls_.Hold(c.view, call.hold(), r->mutable_hold());
+        break;
+      case v1::Call::kClaim:
+        if (!answering_deferred_ && LookAhead(c, call)) return Outcome::kKeep;  // answered later
+        status = calls_.Claim(c.view, call.claim(), r->mutable_claim());
         break;
       case v1::Call::REQUEST_NOT_SET:
         // A report: the client's counters alone (recorded above).

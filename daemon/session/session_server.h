@@ -120,8 +120,13 @@ class SessionServer {
   /// have already sent: a producer's posted seal, written before it told
   /// the consumer the name, is then served first (docs/fast-path.md,
   /// "Posted seals"). True when the Open is left for later (it came within
-  /// another Open's look-ahead, and is answered at its end).
+  /// another Open's look-ahead, and is answered at its end). A Claim of a
+  /// ticket not held yet (or of a buffer not sealed yet) is served the same
+  /// way: the producer's hold was written before it handed the ticket out.
   bool LookAhead(Connection& asking, const v1::Call& call);
+  /// True for an Open or a Claim that would be refused now for a reason that
+  /// a frame already sent could end.
+  bool CouldBeServedLater(const Connection& asking, const v1::Call& call);
   /// Serves every connection readable now but `except_fd` once, then the
   /// Opens that were left for the end of it.
   void CatchUp(int except_fd);

@@ -406,5 +406,52 @@ TEST(GpuFastPath, APostedSealIsFoundAtOnceAndItsFenceStillOrdersTheReader) {
   cudaStreamDestroy(reader_stream);
 }
 
+// A ticket on the GPU: the producer seals (posted) behind a held stream,
+// makes a ticket and lets go of its handle; the consumer's posted claim is
+// taken in by wait_ready, whose stream still waits for the held memset, and
+// the bytes are the producer's.
+TEST(GpuFastPath, AClaimedTicketsFenceOrdersTheReaderAfterTheProducerLetGo) {
+  SKIP_WITHOUT_GPU();
+  auto api_or = cuda::DriverApi::Get();
+  ASSERT_TRUE(api_or.ok()) << api_or.status().ToString();
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  Client producer = Client::connect(daemon.socket_dir());
+  Client consumer = Client::connect(daemon.socket_dir());
+  cuda::ScopedDevice on(0);
+  ASSERT_TRUE(on.status().ok());
+  HeldStream held(**api_or);
+  ASSERT_TRUE(held.ok());
+  auto open_at_exit = held.OpenAtExit();
+  cudaStream_t reader_stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&reader_stream, cudaStreamNonBlocking), cudaSuccess);
+
+  Buffer shared = producer.allocate(kMiB);
+  ASSERT_EQ(cudaMemsetAsync(shared.data(), 9, kMiB, held.get()), cudaSuccess);
+  std::string ticket;
+  ASSERT_TRUE(ReturnsWithoutWaiting(held, [&] {
+    shared.seal_posted(held.get());
+    ticket = shared.ticket();
+  })) << "seal_posted or ticket waited for the stream's work";
+  shared.release_on(held.get());  // the ticket keeps the buffer
+
+  Buffer seen = consumer.claim_posted(ticket);
+  seen.wait_ready(reader_stream);  // the claim's answer is taken here
+  EXPECT_EQ(seen.info().state, BufferState::kSealed);
+  std::vector<unsigned char> host(kMiB, 0);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), seen.data(), kMiB, cudaMemcpyDeviceToHost, reader_stream),
+            cudaSuccess);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(cudaStreamQuery(reader_stream), cudaErrorNotReady)
+      << "the reader's copy ran before the producer's held memset";
+  held.Open();
+  ASSERT_EQ(cudaStreamSynchronize(reader_stream), cudaSuccess);
+  EXPECT_EQ(host.front(), 9);
+  EXPECT_EQ(host.back(), 9);
+  seen.release();
+  producer.trim();
+  cudaStreamDestroy(reader_stream);
+}
+
 }  // namespace
 }  // namespace gpubroker::testing

@@ -262,6 +262,50 @@ TEST(CAbi, APostedSealOpensAtOnceAndItsRefusalComesAtTheNextCall) {
   EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
 }
 
+// Tickets through the C ABI: bytes with NULs in them, the socket directory
+// read back, a posted claim whose refusal comes from the first call that
+// needs its memory, and nothing handed out then.
+TEST(CAbi, ATicketIsClaimedOnceAndARefusedPostedClaimReturnsItsRefusal) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  CClient reader(daemon.socket_dir());
+  gpubroker_buffer_t* a = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 4096, "c.ticket", nullptr, &a), GPUBROKER_OK);
+  static_cast<char*>(gpubroker_buffer_data(a))[9] = 42;
+  ASSERT_EQ(gpubroker_buffer_seal_posted(a, nullptr), GPUBROKER_OK);
+  char* ticket = nullptr;
+  size_t size = 0;
+  ASSERT_EQ(gpubroker_buffer_ticket(a, 0, &ticket, &size), GPUBROKER_OK) << gpubroker_last_error();
+  ASSERT_GT(size, 16u);
+  char* dir = nullptr;
+  ASSERT_EQ(gpubroker_ticket_socket_dir(ticket, size, &dir), GPUBROKER_OK);
+  EXPECT_EQ(std::string(dir), daemon.socket_dir());
+  gpubroker_string_free(dir);
+  EXPECT_EQ(gpubroker_ticket_socket_dir("nope", 4, &dir), GPUBROKER_INVALID_ARGUMENT);
+
+  gpubroker_buffer_t* claimed = nullptr;
+  ASSERT_EQ(gpubroker_claim(reader.get(), ticket, size, 1, &claimed), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_size(claimed), 4096u);
+  gpubroker_view_t* view = nullptr;
+  ASSERT_EQ(gpubroker_buffer_view(claimed, &view), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(static_cast<char*>(gpubroker_view_data(view))[9], 42);
+  gpubroker_view_release(view);
+  EXPECT_EQ(gpubroker_buffer_id(claimed), gpubroker_buffer_id(a));
+
+  gpubroker_buffer_t* again = nullptr;
+  EXPECT_EQ(gpubroker_claim(reader.get(), ticket, size, 0, &again), GPUBROKER_NOT_FOUND);
+  ASSERT_EQ(gpubroker_claim(reader.get(), ticket, size, 1, &again), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_view(again, &view), GPUBROKER_NOT_FOUND);
+  EXPECT_EQ(gpubroker_buffer_release(again), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_claim(reader.get(), "not a ticket", 12, 0, &again),
+            GPUBROKER_INVALID_ARGUMENT);
+  gpubroker_string_free(ticket);
+  EXPECT_EQ(gpubroker_buffer_release(claimed), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+}
+
 TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());

@@ -44,6 +44,24 @@ std::map<std::string, std::string> Options(const std::vector<std::string>& words
   return out;
 }
 
+std::string Hex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::string Unhex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  return out;
+}
+
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -164,6 +182,7 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
   if (cmd == "check") {  // check KEY SEED [stream]: with "stream", wait for the fence
     need(3);
     Buffer& b = buffer(w[1]);
+    b.settle_claim();  // a refused posted claim has no memory to check
     const int64_t bad = Check(b, std::stoull(w[2]), b.size(), Options(w, 3).count("stream") > 0);
     if (bad >= 0) return "err DATA_LOSS mismatch at byte " + std::to_string(bad);
     return "ok";
@@ -244,10 +263,28 @@ std::string Run(Client& client, std::map<std::string, Buffer>& buffers, const st
     need(2);
     return "ok " + std::to_string(reinterpret_cast<uintptr_t>(buffer(w[1]).data()));
   }
-  if (cmd == "seal") {
+  if (cmd == "seal") {  // seal KEY [posted]
     need(2);
-    buffer(w[1]).seal();
+    if (w.size() > 2 && w[2] == "posted") {
+      buffer(w[1]).seal_posted();
+    } else {
+      buffer(w[1]).seal();
+    }
     return "ok";
+  }
+  if (cmd == "ticket") {  // ticket KEY [TTL_MS]: the ticket's bytes in hex
+    need(2);
+    const auto ttl = std::chrono::milliseconds(w.size() > 2 ? std::stoll(w[2]) : 60000);
+    return "ok " + Hex(buffer(w[1]).ticket(ttl));
+  }
+  if (cmd == "claim") {  // claim KEY HEX [posted]: as "open" answers
+    need(3);
+    const std::string ticket = Unhex(w[2]);
+    Buffer b =
+        w.size() > 3 && w[3] == "posted" ? client.claim_posted(ticket) : client.claim(ticket);
+    std::string out = "ok " + std::to_string(b.id()) + " " + std::to_string(b.size());
+    buffers[w[1]] = std::move(b);
+    return out;
   }
   if (cmd == "release") {
     need(2);

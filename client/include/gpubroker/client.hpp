@@ -126,6 +126,32 @@ class GPUBROKER_API Buffer {
   /// the oldest first.
   void seal_posted(void* stream = nullptr);
 
+  /// @brief A ticket for this buffer: bytes that another process passes to
+  /// Client::claim() to take a lease of its own on it, without its name
+  /// (what torch.multiprocessing's pickled CUDA tensors carry, with the
+  /// lifetime managed by the daemon). Until the ticket is claimed, once, or
+  /// `ttl` passes (at most an hour), the daemon keeps the buffer for it, even
+  /// after this handle, its owner's session or this process has gone.
+  ///
+  /// Costs no round trip: the hold is posted like seal_posted(), and a
+  /// claim that the daemon reads before it (the ticket travelled faster) is
+  /// served after it. A refusal is thrown by this handle's next call that
+  /// needs an answer (settle(), id(), seal(), release()), or printed when the
+  /// handle goes. Hand the ticket to the claimer only after the writes are
+  /// sealed (seal() or seal_posted() before ticket()): a claim of an unsealed
+  /// buffer is refused. docs/fast-path.md, "Tickets".
+  /// @throws FailedPreconditionError on an empty or released handle.
+  std::string ticket(std::chrono::milliseconds ttl = std::chrono::seconds(60));
+
+  /// @brief Takes in the answers of this handle's posted calls (a posted
+  /// seal, tickets' holds, a posted claim) now.
+  /// @throws the first refusal among them.
+  void settle();
+  /// @brief Takes in a posted claim's answer only, if one is out (what the
+  /// calls that need the memory do first; a posted seal's answer stays out).
+  /// @throws its refusal.
+  void settle_claim();
+
   /// @brief Makes `stream` (a cudaStream_t) wait for the producer's writes, as
   /// recorded at seal. No-op on the host backend.
   void wait_ready(void* stream = nullptr);
@@ -181,6 +207,8 @@ class GPUBROKER_API Buffer {
   void EnsurePublished() const noexcept;
   /// Takes in the answer to a posted seal, if one is out: throws its refusal.
   void Settle() const;
+  /// Settle() for a posted claim, whose memory is not known before its answer.
+  void SettleClaim() const;
   /// Settle(), keeping a refusal for the next call that can throw it.
   void SettleQuietly() const noexcept;
   /// Throws the refusal that SettleQuietly kept, once.
@@ -188,10 +216,12 @@ class GPUBROKER_API Buffer {
 
   std::shared_ptr<detail::ClientImpl> impl_;
   mutable BufferInfo info_;  // a client-made buffer gets its id when published
-  std::unique_ptr<detail::Mapping> mapping_;
+  mutable std::unique_ptr<detail::Mapping> mapping_;  // a posted claim's comes with its answer
   bool owner_ = false;
-  mutable uint64_t posted_ = 0;         // request id of a posted seal's unread answer
-  mutable std::exception_ptr refused_;  // a posted seal's refusal, not thrown yet
+  mutable uint64_t posted_ = 0;          // request id of a posted seal's (or claim's) unread answer
+  mutable bool claim_ = false;           // posted_ is a claim's
+  mutable std::vector<uint64_t> holds_;  // request ids of tickets' holds not yet answered
+  mutable std::exception_ptr refused_;   // a posted call's refusal, not thrown yet
 };
 
 /// @brief A session with gpubrokerd. Cheap to copy (copies share the session).
@@ -226,6 +256,21 @@ class GPUBROKER_API Client {
   Buffer open(std::string_view name, const OpenOptions& options = {});
   /// @brief Opens a buffer by id.
   Buffer open(BufferId id, const OpenOptions& options = {});
+  /// @brief Claims a ticket (Buffer::ticket() in another process): a lease
+  /// of this session's on its buffer and a mapping, as open() gives. One
+  /// claim per ticket.
+  /// @throws InvalidArgumentError for bytes that are not a ticket;
+  ///         NotFoundError when it was claimed already, has expired, or its
+  ///         buffer is not visible to this tenant; FailedPreconditionError
+  ///         when its buffer is not sealed.
+  Buffer claim(std::string_view ticket);
+  /// @brief claim() without waiting for the daemon's answer: the handle
+  /// knows the buffer's size, name and layout from the ticket at once, and
+  /// takes the answer in at its first call that needs the memory or the
+  /// daemon's word (data(), wait_ready(), info(), id(), settle(), release());
+  /// data() is nullptr and the other calls throw if it was refused. The
+  /// round trip overlaps whatever the caller does in between.
+  Buffer claim_posted(std::string_view ticket);
   /// @brief Opens by name, or by id when `name_or_id` is all digits.
   Buffer open(std::string_view name_or_id, bool wait,
               std::chrono::milliseconds timeout = std::chrono::seconds(30));
@@ -260,6 +305,7 @@ class GPUBROKER_API Client {
  private:
   explicit Client(std::shared_ptr<detail::ClientImpl> impl);
   Buffer Open(BufferId id, std::string_view name, const OpenOptions& options);
+  Buffer Claim(std::string_view ticket, bool posted);
   BufferInfo Free(BufferId id, std::string_view name);
 
   std::shared_ptr<detail::ClientImpl> impl_;

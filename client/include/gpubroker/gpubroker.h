@@ -245,6 +245,41 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_on(gpubroker_buffer_t* 
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_seal_posted(gpubroker_buffer_t* buffer,
                                                                 void* stream);
+/**
+ * @brief A ticket for `buffer`: opaque bytes that another process passes to
+ * gpubroker_claim to take a lease of its own on the buffer, without knowing
+ * its name. Until it is claimed (once) or ttl_ms passes (0: 60 s; at most an
+ * hour), the daemon keeps the buffer for it, even after this handle, its
+ * owner or this process has gone. Costs no round trip (the hold is posted; a
+ * refusal comes back at this handle's next call that needs an answer). Seal
+ * first: a claim of an unsealed buffer is refused. *out holds *size bytes
+ * (they may contain NULs); free them with gpubroker_string_free. See
+ * Buffer::ticket.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_ticket(gpubroker_buffer_t* buffer,
+                                                           uint64_t ttl_ms, char** out,
+                                                           size_t* size);
+/**
+ * @brief Claims a ticket (once): a lease of this session's on its buffer, as
+ * gpubroker_open gives. posted == 0: waits for the daemon's answer
+ * (GPUBROKER_NOT_FOUND: claimed already, expired, unknown, or not visible to
+ * this tenant). posted != 0: returns at once with the buffer's size, name and
+ * layout from the ticket; the answer is taken by the handle's first call that
+ * needs it (facts, view, DLPack, wait_ready, ready_stream, settle, release),
+ * which returns the refusal instead.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_claim(gpubroker_client_t* client, const void* ticket,
+                                                   size_t size, int posted,
+                                                   gpubroker_buffer_t** out);
+/**
+ * @brief The socket directory of the daemon a ticket belongs to (for a
+ * process that has no client yet); free with gpubroker_string_free.
+ * GPUBROKER_INVALID_ARGUMENT for bytes that are not a ticket.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_ticket_socket_dir(const void* ticket, size_t size,
+                                                               char** out);
+/** @brief Takes in the answers of the handle's posted calls now; returns the first refusal. */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_settle(gpubroker_buffer_t* buffer);
 /** @brief Makes `stream` (a cudaStream_t) wait for the producer's sealed writes. */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
                                                                void* stream);
