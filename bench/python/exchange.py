@@ -174,6 +174,8 @@ CASES = {
     "broker-torch": ("gpubroker torch -> torch", "torch", "pipe"),
     "broker-posted-cupy": ("gpubroker {a} -> {cupy}, posted seal (seal(posted=True))", "cupy", "pipe"),
     "broker-wait-cupy": ("gpubroker {a} -> {cupy}, B waits in open(wait=True)", "cupy", "wait"),
+    "broker-ticket-cupy": ("gpubroker {a} -> {cupy}, the Buffer pickled into the message (ticket)",
+                           "cupy", "pipe"),
     "tmp-pipe-cupy": ("torch.multiprocessing (Pipe) torch -> {cupy}", "cupy", "pipe"),
     "tmp-pipe-torch": ("torch.multiprocessing (Pipe) torch -> torch", "torch", "pipe"),
     "tmp-queue-torch": ("torch.multiprocessing (Queue) torch -> torch", "torch", "queue"),
@@ -191,6 +193,8 @@ ISSUE_WINDOW = {
     "broker-torch": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-posted-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-wait-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
+    "broker-ticket-cupy": ("A: allocate", "A: wrap", "A: seal", "A: pickle", "B: unpickle",
+                           "B: wrap"),
     "tmp-pipe-cupy": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
     "tmp-pipe-torch": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
     "copy": ("A: to host", "A: pickle", "B: unpickle", "B: to the consumer"),
@@ -257,6 +261,19 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
             del a
             buf.release()
             stamps[case, i] = [t_recv, t_loaded, t_open, t_wrap, t_write, t_sync, t_answer, now()]
+        elif case == "broker-ticket-cupy":
+            buf = msg[2]  # unpickled above: the ticket's claim, posted
+            a = fw.wrap(buf)  # takes the claim's answer in, then the stream wait
+            t_wrap = now()
+            fw.write(a)
+            t_write = now()
+            fw.sync()
+            t_sync = now()
+            conn.send(1)
+            t_answer = now()
+            del a, msg
+            buf.release()
+            stamps[case, i] = [t_recv, t_loaded, t_wrap, t_write, t_sync, t_answer, now()]
         elif case == "broker-wait-cupy":
             conn.send("parked")
             buf = client.open(msg[2], wait=True, timeout=30)
@@ -398,6 +415,25 @@ class Run:
             else:
                 m.append(("A: seal", t3))
             m.append(("end", t_end))
+        elif case == "broker-ticket-cupy":
+            # No name: the message carries the Buffer itself (pickled: a ticket).
+            t0 = now()
+            buf = self.client.allocate(shape=(size,), dtype=p.dtype())
+            t1 = now()
+            x = p.wrap(buf)
+            t2 = now()
+            buf.seal(p.stream, posted=True)
+            t3 = now()
+            raw = ForkingPickler.dumps((case, i, buf))  # the ticket: its hold posted
+            t4 = now()
+            self.conn.send_bytes(raw)
+            receive(self.conn, self.awake)
+            t_end = now()
+            del x, raw
+            buf.release()
+            self.after[case, i] = now() - t_end
+            m = [("start", t0), ("A: allocate", t1), ("A: wrap (as_" + p.name + ")", t2),
+                 ("A: seal", t3), ("A: pickle (ticket)", t4), ("end", t_end)]  # fmt: skip
         elif case in ("tmp-pipe-cupy", "tmp-pipe-torch"):
             t0 = now()
             x = p.empty(size)
@@ -490,6 +526,9 @@ _B_STEPS = {
     "broker-cupy": [_SIGNAL, "B: unpickle the message", "B: open",
                     "B: wrap + stream wait (as_{fw})", "B: write", "B: synchronize", None,
                     "B: release (after answering)"],
+    "broker-ticket-cupy": [_SIGNAL, "B: unpickle (claim)",
+                           "B: wrap + stream wait (as_{fw}; the claim's answer)", "B: write",
+                           "B: synchronize", None, "B: release (after answering)"],
     "broker-wait-cupy": ["wake-up: A's seal call until B's open(wait) returns",
                          "B: wrap + stream wait (as_{fw})", "B: write", "B: synchronize", None,
                          "B: release (after answering)"],

@@ -4,8 +4,9 @@
    gpubroker against the same C call through bare ctypes (overhead.py).
 2. Hand a tensor from one process to another (exchange.py), step by step:
    A makes it (torch; NumPy where torch is missing), B opens it, writes into
-   it, synchronizes and answers. Through the broker (B told by a message on
-   a multiprocessing Pipe, or waiting in open(wait=True)), against
+   it, synchronizes and answers. Through the broker (B told the name by a
+   message on a multiprocessing Pipe, waiting in open(wait=True), or sent
+   the Buffer itself, pickled as a ticket, in the message), against
    torch.multiprocessing as users use it (over the same Pipe, and over its
    Queues), the copy path, and the bare channels themselves. On host memory
    everywhere; on a GPU (torch in A, CuPy or torch in B) where torch, CuPy
@@ -174,6 +175,8 @@ COMPARISONS = [
      "torch -> {cupy}, B waiting in the broker, against torch.mp (Pipe) -> {cupy}"),
     ("broker-posted-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, posted seal, the same channel (Pipe) and consumer work"),
+    ("broker-ticket-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, the Buffer pickled (ticket), as torch.mp pickles its tensor (Pipe)"),
     ("broker-cupy", "copy", "{a} -> {cupy} against the copy path"),
 ]  # fmt: skip
 
@@ -184,6 +187,8 @@ ISSUE_COMPARISONS = [
     ("broker-torch", "tmp-pipe-torch", "torch -> torch, issue #12's steps"),
     ("broker-wait-cupy", "tmp-pipe-cupy", "torch -> {cupy}, B waiting in the broker, issue #12's steps"),
     ("broker-posted-cupy", "tmp-pipe-cupy", "torch -> {cupy}, posted seal, issue #12's steps"),
+    ("broker-ticket-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, the Buffer pickled (ticket), issue #12's steps"),
     ("broker-cupy", "copy", "{a} -> {cupy} against the copy path, issue #12's steps"),
 ]  # fmt: skip
 # The targets (issue #12: >= 3x; issue #11: >= 4x once its fast path lands)
@@ -192,7 +197,9 @@ TARGETS = [("broker-cupy vs tmp-pipe-cupy", "the full window, the same Pipe"),
            ("broker-cupy vs tmp-queue-torch", "the full window, torch.mp's Queue"),
            ("issue: broker-cupy vs tmp-pipe-cupy", "issue #12's steps"),
            ("broker-posted-cupy vs tmp-pipe-cupy", "the full window, the same Pipe, posted seal"),
-           ("issue: broker-posted-cupy vs tmp-pipe-cupy", "issue #12's steps, posted seal")]  # fmt: skip
+           ("issue: broker-posted-cupy vs tmp-pipe-cupy", "issue #12's steps, posted seal"),
+           ("broker-ticket-cupy vs tmp-pipe-cupy", "the full window, the same Pipe, ticket"),
+           ("issue: broker-ticket-cupy vs tmp-pipe-cupy", "issue #12's steps, ticket")]  # fmt: skip
 
 
 def ratios(gpu: bool, producer: str, by_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:

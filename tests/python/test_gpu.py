@@ -242,6 +242,48 @@ def test_bfloat16_through_torch_and_jax(gpu_daemon, children):
         reader.finish(60)
 
 
+def test_torch_buffer_pickled_to_a_cupy_process_waits_for_the_writes(gpu_daemon, children):
+    need("torch", "cupy")
+    n = 4 * MIB
+    consumer = children(f"""
+        import pickle
+        import cupy
+        cupy.zeros(1).sum()  # CUDA up before the producer's writes are queued
+        say("ready")
+        buf = pickle.loads(bytes.fromhex(hear()))   # the claim, posted
+        a = buf.as_cupy()                           # its answer, then the stream wait
+        ok = bool((a == cupy.arange({n}, dtype=cupy.float32)).all())
+        a[0] = -1.0
+        cupy.cuda.get_current_stream().synchronize()
+        say(type(buf).__name__, buf.is_cuda, a.data.ptr == buf.data_ptr, ok)
+        hear()
+    """, gpu_daemon.dir)
+    assert consumer.expect(120) == "ready"
+    producer = children(f"""
+        import pickle, torch
+        c = gpubroker.connect()
+        buf = c.allocate(shape=({n},), dtype=torch.float32)   # unnamed: the ticket finds it
+        t = buf.as_torch()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)    # the writes come late: about a second
+            t.copy_(torch.arange({n}, dtype=torch.float32, device=t.device))
+        buf.seal(side, posted=True)             # returns at once: nothing synchronized
+        say(pickle.dumps(buf).hex())
+        assert hear() == "written back"
+        torch.cuda.synchronize()
+        say("torch sees", float(t[0]), float(t[-1]))
+        hear()
+    """, gpu_daemon.dir)
+    consumer.send(producer.expect(120))
+    assert consumer.expect(120) == "Buffer True True True", "CuPy read early, or elsewhere"
+    producer.send("written back")
+    assert producer.expect(60) == f"torch sees -1.0 {n - 1.0}", "PyTorch misses the write-back"
+    for p in (producer, consumer):
+        p.send("done")
+        p.finish(60)
+
+
 def test_framework_tensor_keeps_gpu_memory_after_release(gpu_daemon):
     need("torch")
     import torch

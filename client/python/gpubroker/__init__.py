@@ -16,6 +16,10 @@ and reads it where it lies, through DLPack or the array interfaces::
     client = gpubroker.connect()
     x = client.open("activations", wait=True).as_cupy()   # same memory, stream-ordered
 
+A Buffer also travels by itself, with no name: pickled (``conn.send(buf)``
+on a multiprocessing Pipe, a Queue's ``put``) it becomes a ticket that the
+receiving process claims as a Buffer of its own on the same memory.
+
 The package is pure Python over libgpubroker's C ABI (ctypes). It finds the
 library through ``$GPUBROKER_LIBRARY``, next to the package, or where it was
 installed.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from _thread import RLock
-from ctypes import byref, c_void_p
-from typing import Any, Dict, Optional, Tuple
+from ctypes import byref, c_size_t, c_void_p, string_at
+from datetime import timedelta
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from . import _dtypes, _fork, _interop, _lib
-from ._errors import ForkError, Released
+from . import _dtypes, _fork, _interop, _lib, _tickets
+from ._errors import Error, ForkError, InvalidArgument, Released
 
 _KDL_CPU, _KDL_CUDA = 1, 2
 _LEGACY_DEFAULT_STREAM = 0  # cudaStream_t 0
@@ -49,15 +50,15 @@ class _Facts:
     attributes stay readable after release()."""
 
     __slots__ = ("id", "nbytes", "name", "device", "is_owner", "base", "dt", "dtype", "shape",
-                 "strides", "byte_offset", "array")  # fmt: skip
+                 "strides", "byte_offset", "array", "ordinal")  # fmt: skip
 
-    def __init__(self, lib: Any, handle: int):
+    def __init__(self, lib: Any, handle: int, get: Optional[Callable[..., int]] = None):
         f = _lib.BufferFacts(_lib.FACTS_SIZE)
-        rc = lib.buffer_get_facts(handle, f)
+        rc = (get or lib.buffer_get_facts)(handle, f)
         if rc:
             raise lib.error(rc)
-        (_, flags, self.id, self.nbytes, base, _, _, _, dtype, ndim, _, self.byte_offset, _,
-         _) = _lib.FACTS_LAYOUT.unpack_from(f)  # fmt: skip
+        (_, flags, self.id, self.nbytes, base, _, _, self.ordinal, dtype, ndim, _, self.byte_offset,
+         _, _) = _lib.FACTS_LAYOUT.unpack_from(f)  # fmt: skip
         # A buffer this client made has no id until it is published: None,
         # and asking for it publishes it (one round trip).
         self.id: Optional[int] = self.id or None
@@ -90,24 +91,72 @@ class Buffer:
     (in elements, as DLPack and torch count them) of the tensor descriptor
     (None when the producer gave none), ``byte_offset``, ``data_ptr`` (the
     first element's address), ``is_sealed``, ``is_owner``, ``is_cuda``.
+
+    Pickling a Buffer (``pickle``, a multiprocessing Pipe or Queue) sends a
+    ticket (``ticket()``): the receiving process gets a Buffer of its own on
+    the same memory, claimed on its client of the same daemon.
     """
 
-    __slots__ = ("_lib", "_h", "_lock", "_pin", "_generation", "device_id", "_facts",
-                 "__weakref__")  # fmt: skip
+    # _claim: None, or for a posted claim (Client.claim(posted=True), an
+    # unpickled Buffer) True until the daemon's answer is taken in (its first
+    # use), then None, or the refusal, raised again at every later use.
+    # _client: the Client that an unpickled Buffer keeps alive (unset otherwise).
+    __slots__ = ("_lib", "_h", "_lock", "_pin", "_generation", "_device_id", "_facts", "_claim",
+                 "_client", "__weakref__")  # fmt: skip
 
-    def __init__(self, lib: Any, handle: int):
+    def __init__(self, lib: Any, handle: int, posted_claim: bool = False):
         self._lib = lib
         self._h: Optional[int] = handle
         self._lock = RLock()  # properties read facts under it too
         self._pin: Optional[int] = None  # a view held for the Buffer's own interfaces
         self._generation = _fork.generation
-        self.device_id: int = lib.buffer_device_ordinal(handle)
         self._facts: Optional[_Facts] = None  # read on first use (the hot path needs none)
+        if posted_claim:  # where its memory is comes with the answer: nothing is asked yet
+            self._device_id: Optional[int] = None
+            self._claim: Union[None, bool, Error] = True
+        else:
+            self._device_id = lib.buffer_device_ordinal(handle)
+            self._claim = None
+
+    @property
+    def device_id(self) -> int:
+        """The CUDA ordinal of its device in this process (-1: host memory)."""
+        d = self._device_id
+        if d is None:  # a posted claim: the answer says where its memory is
+            with self._lock:
+                self._answer()
+                d = self._device_id
+        return d
+
+    def _answer(self) -> None:
+        """Takes a posted claim's answer in (with the lock held). A refusal
+        releases the handle (it holds nothing) and is raised, now and at
+        every later use."""
+        c = self._claim
+        if c is None:
+            return
+        if c is not True:
+            raise _again(c)
+        if self._generation != _fork.generation:
+            raise ForkError("this Buffer was claimed by the parent of this process (made by "
+                            "fork()): claim or open it anew here")  # fmt: skip
+        h = self._h
+        try:
+            # The facts call waits for the answer (the GIL released), and maps the memory.
+            f = _Facts(self._lib, h, self._lib.buffer_get_facts_waiting)
+        except Error as e:
+            self._claim, self._h = e, None
+            self._lib.buffer_release(h)  # a refused claim holds no lease
+            raise
+        self._facts, self._device_id, self._claim = f, f.ordinal, None
 
     def _read_facts(self) -> "_Facts":
         """The handle's facts, read once (with the lock held, or before release)."""
         f = self._facts
         if f is None:
+            if self._claim is not None:
+                self._answer()
+                return self._facts
             f = self._facts = _Facts(self._lib, self._h)
         return f
 
@@ -117,6 +166,8 @@ class Buffer:
             return f
         with self._lock:
             if self._h is None:  # released before anything was read: facts were kept
+                if self._claim is not None:
+                    raise _again(self._claim)
                 raise Released("buffer was released")
             return self._read_facts()
 
@@ -139,6 +190,7 @@ class Buffer:
         with self._lock:
             if self._h is None:
                 return bool(self._f().id)
+            self._answer()
             return bool(self._lib.buffer_is_published(self._h))
 
     def publish(self) -> None:
@@ -175,6 +227,7 @@ class Buffer:
     def is_sealed(self) -> bool:
         """Whether the producer's writes are complete (as this handle last saw it)."""
         with self._lock:
+            self._answer()
             return self._h is not None and bool(self._lib.buffer_is_sealed(self._h))
 
     @property
@@ -182,6 +235,14 @@ class Buffer:
         return self._h is None
 
     def __repr__(self) -> str:
+        if self._claim is not None:  # a posted claim: its answer (a repr never raises)
+            try:
+                with self._lock:
+                    self._answer()
+            except Error as e:
+                if self._claim is True:  # not taken in: the parent's claim, after fork()
+                    return "<gpubroker.Buffer claimed by the parent of this process>"
+                return f"<gpubroker.Buffer claimed, holding nothing: {e}>"
         desc = f"{self.dtype}{list(self.shape)}" if self.shape is not None else "bytes"
         state = "released" if self._h is None else ("sealed" if self.is_sealed else "allocated")
         # No publication for a repr: an unpublished buffer shows no id.
@@ -234,6 +295,50 @@ class Buffer:
         if rc:
             raise self._lib.error(rc)
 
+    # Tickets ------------------------------------------------------------------
+
+    def ticket(self, ttl: Union[None, float, timedelta] = None) -> bytes:
+        """A ticket: bytes that hand this buffer to another process, which
+        passes them to ``Client.claim()`` for a lease of its own (the same
+        memory), without knowing the buffer's name. Pickling the Buffer
+        makes one (with the default ttl) and unpickling claims it.
+
+        Until the ticket is claimed, once, or `ttl` passes (seconds or a
+        timedelta; None: 60 s; at most an hour), the daemon keeps the buffer
+        for it, even after this Buffer is released, its owner's session has
+        ended or this process has died. Seal the writes first (``seal()``,
+        posted or not): a claim of an unsealed buffer is refused.
+
+        Costs no round trip (the hold is posted, as ``seal(posted=True)``
+        is); a refusal (say, the tenant's limit of unclaimed tickets) is
+        raised by this buffer's next ``seal()`` or ``release()``. The bytes
+        may contain NULs.
+        """
+        lib = self._lib
+        if not lib.has_tickets:
+            raise _no_tickets(lib)
+        ms = _ticket_ms(ttl)
+        out, size = c_void_p(), c_size_t()
+        with self._lock:
+            rc = lib.buffer_ticket(self._usable(), ms, byref(out), byref(size))
+        if rc:
+            raise lib.error(rc)
+        try:
+            return string_at(out.value, size.value)
+        finally:
+            lib.string_free(out)
+
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes]]:
+        """Pickles as a new ticket (60 s): unpickling claims it, posted, on
+        the receiving process's client of the ticket's daemon."""
+        if self._h is None and self._claim is None:
+            f = self._facts
+            raise Released(
+                f"buffer {(f.name or f.id) if f else ''} was released: it cannot be pickled "
+                "(pickling makes a ticket, which needs the lease): pickle it before release()"
+            )
+        return (_tickets.claim_pickled, (self.ticket(),))
+
     # Life ---------------------------------------------------------------------
 
     def release(self, stream: Any = None) -> None:
@@ -258,7 +363,12 @@ class Buffer:
             h = self._h
             if h is None:
                 return
-            f = self._read_facts()  # the attributes stay readable
+            if self._claim is not None and self._generation != _fork.generation:
+                # The parent's posted claim: dropped here without its answer.
+                self._h = None
+                self._lib.buffer_release(h)
+                return
+            f = self._read_facts()  # the attributes stay readable (a refused claim: raises)
             if f.id is None and self._lib.buffer_is_published(h):
                 f.id = self._lib.buffer_id(h)
             self._h = None
@@ -287,18 +397,24 @@ class Buffer:
             lib.view_release(pin)
 
     def _usable(self) -> int:
-        """The handle, for a call made with the lock held."""
+        """The handle, for a call made with the lock held (a posted claim's
+        answer taken in first)."""
         if self._h is None:
+            if self._claim is not None:
+                raise _again(self._claim)
             f = self._facts
             raise Released(
                 f"buffer {(f.name or f.id) if f else ''} was released: it gives no new views "
                 "(arrays made from it before stay valid)"
             )
         if self._generation != _fork.generation:
+            f = self._facts if self._claim is not None else self._read_facts()
             raise ForkError(
-                f"buffer {self._read_facts().name or self._read_facts().id} belongs to the parent of this process "
+                f"buffer {(f.name or f.id) if f else ''} belongs to the parent of this process "
                 "(made by fork()): connect and open it anew here"
             )
+        if self._claim is not None:
+            self._answer()
         return self._h
 
     def _new_view(self) -> int:
@@ -493,6 +609,33 @@ class Buffer:
             h = self._usable()
             hold = _CudaHold(self._lib, self._new_view(), self._interface(self._ready_stream(h)))
         return cuda.as_cuda_array(hold)
+
+
+def _again(e: Error) -> Error:
+    """A refusal raised again: the same class, message and reason."""
+    return type(e)(e.message, code=e.code, reason=e.reason)
+
+
+_TICKET_TTL_MAX_MS = 3600 * 1000
+
+
+def _ticket_ms(ttl: Union[None, float, timedelta]) -> int:
+    """A ticket's ttl in ms for the C ABI (0: its default, 60 s)."""
+    if ttl is None:
+        return 0
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if not seconds > 0:
+        raise InvalidArgument(f"a ticket's ttl must be positive (None: 60 s), not {ttl!r}")
+    if seconds * 1000 > _TICKET_TTL_MAX_MS:
+        raise InvalidArgument(f"a ticket's ttl is at most an hour, not {seconds:g} s")
+    return max(int(round(seconds * 1000)), 1)
+
+
+def _no_tickets(lib: Any) -> Error:
+    from ._errors import Unimplemented
+
+    return Unimplemented(f"{lib.path} has no tickets (gpubroker_buffer_ticket, gpubroker_claim): "
+                         "install a matching libgpubroker")  # fmt: skip
 
 
 _TORCH: Optional[Tuple[Any, Any]] = None

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _dtypes, _fork, _lib
-from ._buffer import Buffer
+from . import _dtypes, _fork, _lib, _tickets
+from ._buffer import Buffer, _no_tickets
 from ._errors import Closed, ForkError, InvalidArgument
 
 
@@ -228,7 +228,9 @@ class Client:
                  spin_us: Optional[int] = None):  # fmt: skip
         self._lib = _lib.load()
         out = c_void_p()
-        arg = socket_dir.encode() if socket_dir else None
+        # Absolute: the directory goes into this client's tickets, which other
+        # processes (in other working directories) connect to.
+        arg = os.path.abspath(socket_dir).encode() if socket_dir else None
         if spin_us is not None and (type(spin_us) is not int or spin_us < 0):
             raise InvalidArgument(f"spin_us must be a whole number of µs >= 0, not {spin_us!r}")
         if client_name is None:
@@ -251,6 +253,8 @@ class Client:
         self.session_id: int = self._lib.client_session_id(self._h)
         self.tenant: str = self._lib.client_tenant(self._h).decode()
         self.socket_dir = socket_dir
+        # This process's pickled Buffers of its daemon are claimed on it.
+        _tickets.register(self, _tickets.resolve(socket_dir))
 
     # The handle for one call: never destroyed under a call in flight.
     def _enter(self) -> int:
@@ -391,6 +395,39 @@ class Client:
         if rc:
             raise lib.error(rc)
         return Buffer(lib, out.value)
+
+    def claim(self, ticket: bytes, *, posted: bool = False) -> Buffer:
+        """Claims a ticket (``Buffer.ticket()``, made in any process): a
+        Buffer with a lease of this session's on the ticket's buffer, as
+        ``open()`` gives. One claim per ticket.
+
+        `posted`: return at once, without waiting for the daemon's answer
+        (the Buffer knows nothing yet); the answer is taken at the Buffer's
+        first use (an attribute, ``as_numpy()`` or another array, DLPack,
+        ``wait_ready()``, ``release()``), which raises the refusal instead,
+        and at every use after it. Unpickling a Buffer claims this way.
+
+        Raises InvalidArgument (bytes that are not a ticket), NotFound
+        (claimed already, expired, or not visible to this tenant),
+        FailedPrecondition (its buffer is not sealed).
+        """
+        lib = self._lib
+        if not lib.has_tickets:
+            raise _no_tickets(lib)
+        if type(ticket) is not bytes:
+            if not isinstance(ticket, (bytes, bytearray, memoryview)):
+                raise TypeError(f"a ticket is bytes (Buffer.ticket() makes them), not "
+                                f"{type(ticket).__name__}")  # fmt: skip
+            ticket = bytes(ticket)
+        out = c_void_p()
+        h = self._enter()
+        try:
+            rc = lib.claim(h, ticket, len(ticket), 1 if posted else 0, byref(out))
+        finally:
+            self._leave()
+        if rc:
+            raise lib.error(rc)
+        return Buffer(lib, out.value, bool(posted))
 
     def share(
         self,

@@ -13,6 +13,7 @@ from ctypes import (
     c_int,
     c_int32,
     c_int64,
+    c_size_t,
     c_uint32,
     c_uint64,
     c_void_p,
@@ -189,6 +190,21 @@ class Library:
         proto(c, "gpubroker_client_stats_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_buffer_to_dlpack_on", c_int, c_void_p, c_uint32, c_void_p, pp)
         proto(c, "gpubroker_buffer_view_on", c_int, c_void_p, c_void_p, pp)
+        # Tickets came later: a library without them serves everything else.
+        self.has_tickets = hasattr(c, "gpubroker_claim")
+        if self.has_tickets:
+            # The ticket's bytes may hold NULs: passed with their length. A
+            # buffer never published is published first (a round trip).
+            proto(c, "gpubroker_buffer_ticket", c_int, c_void_p, c_uint64, POINTER(c_void_p),
+                  POINTER(c_size_t))  # fmt: skip
+            proto(c, "gpubroker_claim", c_int, c_void_p, c_char_p, c_size_t, c_int, pp)
+            # Reads the bytes only: the GIL is kept.
+            proto(py, "gpubroker_ticket_socket_dir", c_int, c_char_p, c_size_t, POINTER(c_void_p))
+            # A posted claim's answer comes with the first facts (one round
+            # trip): that call releases the GIL.
+            self.buffer_get_facts_waiting = c.gpubroker_buffer_get_facts
+            self.buffer_get_facts_waiting.restype = c_int
+            self.buffer_get_facts_waiting.argtypes = [c_void_p, POINTER(BufferFacts)]
         # Getters and bookkeeping that return at once (the GIL is kept).
         proto(py, "gpubroker_last_error", c_char_p)
         proto(py, "gpubroker_version", c_char_p)
