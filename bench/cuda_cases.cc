@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -252,11 +253,13 @@ int RunCuda(const Options& o) {
   // write costs).
   // `posted`: A's seal does not wait for the daemon's answer (seal_posted),
   // and B opens by name, as it must then (the id comes with the answer).
+  // `ticket`: the same seal, then a ticket instead of a name, which B claims
+  // posted (docs/fast-path.md, "Tickets"); the ticket is made in A's seal row.
   uint64_t posted_serial = 0;
   auto broker_share = [&](uint64_t size, const HandOverRows& r, bool keep, bool flush = false,
-                          bool posted = false) {
+                          bool posted = false, bool ticket = false) {
     AllocateOptions ao;
-    if (posted) ao.name = StrCat("bench.posted.", ::getpid(), ".", posted_serial++);
+    if (posted && !ticket) ao.name = StrCat("bench.posted.", ::getpid(), ".", posted_serial++);
     const auto t0 = std::chrono::steady_clock::now();
     Buffer b = client.allocate(size, ao);
     const double allocate_us = ElapsedUs(t0);
@@ -267,9 +270,15 @@ int RunCuda(const Options& o) {
       b.seal(stream);
     }
     if (flush) (void)cudaStreamQuery(stream);
+    const std::string t = ticket ? b.ticket() : std::string();
     const double seal_us = ElapsedUs(t1);
     Msg m;
-    if (posted) {
+    if (ticket) {
+      if (t.size() > sizeof(m.data)) throw std::runtime_error("a ticket larger than a message");
+      m.op = kBrokerClaim;
+      std::memcpy(m.data, t.data(), t.size());
+      m.b = t.size();
+    } else if (posted) {
       m.op = kBrokerOpenName;
       std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
     } else {
@@ -361,6 +370,11 @@ int RunCuda(const Options& o) {
   posted64.total = &add("  variant: A's seal posted (seal_posted; B opens by name) (total)");
   posted64.seal = &add("    of which A's seal_posted");
   posted64.open = &add("    of which B's Open+map");
+  HandOverRows ticket64;
+  ticket64.total =
+      &add("  variant: a ticket instead of a name (seal_posted + ticket; B claims posted) (total)");
+  ticket64.seal = &add("    of which A's seal_posted + ticket");
+  ticket64.open = &add("    of which B's claim + map + stream wait (the claim's answer)");
   HandOverRows flush64;
   flush64.total = &add("  variant: A queries its stream after the seal (total)");
   flush64.write = &add("    of which B's write+sync");
@@ -419,12 +433,12 @@ int RunCuda(const Options& o) {
   // (A to the daemon, the daemon to B).
   Samples& cold_ping = add("A <-> B round trip after 2 ms idle (bare Unix socket)");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   const int n64 = o.iterations;
   for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
     std::shuffle(order.begin(), order.end(), rng);
-    Samples scratch[10];
+    Samples scratch[12];
     for (int c : order) {
       static const char* const kCase[] = {"echo",
                                           "Allocate 64 MiB",
@@ -436,7 +450,8 @@ int RunCuda(const Options& o) {
                                           "broker share 64 MiB, flushed",
                                           "ping after 2 ms idle",
                                           "seal + wait, flushed",
-                                          "broker share 64 MiB, posted seal"};
+                                          "broker share 64 MiB, posted seal",
+                                          "broker share 64 MiB, ticket"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -480,6 +495,9 @@ int RunCuda(const Options& o) {
           break;
         case 10:
           broker_share(64 * kMiB, posted64, keep, false, true);
+          break;
+        case 11:
+          broker_share(64 * kMiB, ticket64, keep, false, true, true);
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));

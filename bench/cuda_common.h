@@ -27,7 +27,7 @@ struct Msg {
   uint32_t variant = 0;
   uint64_t a = 0;
   uint64_t b = 0;
-  char data[128] = {};
+  char data[512] = {};  // a name, a pool's export data, or a ticket
 };
 
 inline void Throw(cudaError_t err, const char* what) {

@@ -98,6 +98,15 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         reply.b = write_and_sync(state.buffer->data());
         break;
       }
+      case kBrokerClaim: {
+        // Posted: the answer is taken by wait_ready, whose stream then waits
+        // on the fence, as an Open with a stream does.
+        state.buffer.emplace(client.claim_posted(std::string_view(m.data, m.b)));
+        state.buffer->wait_ready(stream);
+        reply.a = NowNs() - t0;
+        reply.b = write_and_sync(state.buffer->data());
+        break;
+      }
       case kBarePool: {
         cudaMemPoolPtrExportData data;
         std::memcpy(&data, m.data, sizeof(data));

@@ -20,6 +20,7 @@ enum PeerOp : uint32_t {
   kFloor = 10,           // a: fence value, b: fence offset; B waits on it, writes, syncs
   kEvict = 11,           // B unmaps what its mapping cache keeps (the next open imports)
   kBrokerOpenName = 12,  // data: name; answered as kBrokerOpen (an Open that does not wait)
+  kBrokerClaim = 13,     // data: a ticket of b bytes; claimed posted, answered as kBrokerOpen
 };
 
 }  // namespace gpubroker::bench

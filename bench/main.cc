@@ -45,6 +45,8 @@ namespace {
 // the name that follows (a length, then its bytes).
 constexpr BufferId kUnsealed = BufferId{1} << 63;
 constexpr BufferId kByName = BufferId{1} << 62;
+// kByTicket: a ticket follows (its length, then its bytes), claimed posted.
+constexpr BufferId kByTicket = BufferId{1} << 61;
 
 int ServeOpen(const std::string& socket_dir, int fd) {
   auto client = Client::connect(socket_dir, {"bench-peer"});
@@ -54,7 +56,16 @@ int ServeOpen(const std::string& socket_dir, int fd) {
     OpenOptions oo;
     oo.allow_unsealed = (id & kUnsealed) != 0;
     Buffer b;
-    if (id == kByName) {
+    if (id == kByTicket) {
+      uint32_t n = 0;
+      char ticket[1024];
+      if (::read(fd, &n, sizeof(n)) != sizeof(n) || n > sizeof(ticket) ||
+          ::read(fd, ticket, n) != static_cast<ssize_t>(n)) {
+        return 1;
+      }
+      b = client.claim_posted(std::string_view(ticket, n));  // answered at data()
+      if (b.data() == nullptr) b.settle();                   // throws the refusal
+    } else if (id == kByName) {
       uint32_t n = 0;
       char name[256];
       if (::read(fd, &n, sizeof(n)) != sizeof(n) || n >= sizeof(name) ||
@@ -87,17 +98,27 @@ Child StartOpenPeer(const std::string& socket_dir) {
 
 // Allocate in A (here), then (with `seal`) seal; Open + map + write in B;
 // timed until B answers. `posted`: the seal does not wait for the daemon's
-// answer (seal_posted), and B opens by name.
-double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool posted = false) {
+// answer (seal_posted), and B opens by name; `ticket`: the same seal, then a
+// ticket that B claims posted (docs/fast-path.md, "Tickets").
+double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool posted = false,
+                bool ticket = false) {
   static uint64_t serial = 0;
   AllocateOptions ao;
-  if (posted) ao.name = StrCat("bench.posted.", ::getpid(), ".", serial++);
+  if (posted && !ticket) ao.name = StrCat("bench.posted.", ::getpid(), ".", serial++);
   const auto t0 = std::chrono::steady_clock::now();
   Buffer b = client.allocate(size, ao);
   static_cast<volatile char*>(b.data())[0] = 2;
   char ack = 0;
   bool sent = false;
-  if (posted) {
+  if (ticket) {
+    b.seal_posted();
+    const std::string t = b.ticket();
+    const BufferId by_ticket = kByTicket;
+    const auto n = static_cast<uint32_t>(t.size());
+    std::string msg(reinterpret_cast<const char*>(&by_ticket), sizeof(by_ticket));
+    msg.append(reinterpret_cast<const char*>(&n), sizeof(n)).append(t);
+    sent = ::write(peer.channel.get(), msg.data(), msg.size()) == static_cast<ssize_t>(msg.size());
+  } else if (posted) {
     b.seal_posted();
     const BufferId by_name = kByName;
     const auto n = static_cast<uint32_t>(ao.name.size());
@@ -201,13 +222,18 @@ int RunHost(const Options& o) {
                 "bare hand-over",
                 0,
                 {}});
+    Samples& by_ticket = results.emplace_back(
+        Samples{StrCat("  variant: a ticket instead of a name (B claims it posted), ", s),
+                "bare hand-over",
+                0,
+                {}});
     share.baseline = "bare hand-over";
     const int n = size >= (uint64_t{1} << 30) ? std::max(20, o.iterations / 4) : o.iterations;
     daemon_calls.Mark();
     for (int i = 0; i < o.warmup + n; ++i) {
       const bool keep = i >= o.warmup;
-      for (int k = 0; k < 3; ++k) {
-        switch ((k + i) % 3) {  // each case first in turn
+      for (int k = 0; k < 4; ++k) {
+        switch ((k + i) % 4) {  // each case first in turn
           case 0: {
             const double us = RunShare(client, open_peer, size, true);
             if (keep) share.us.push_back(us);
@@ -218,15 +244,21 @@ int RunHost(const Options& o) {
             if (keep) bare.us.push_back(us);
             break;
           }
-          default: {
+          case 2: {
             const double us = RunShare(client, open_peer, size, true, true);
             if (keep) posted.us.push_back(us);
+            break;
+          }
+          default: {
+            const double us = RunShare(client, open_peer, size, true, true, true);
+            if (keep) by_ticket.us.push_back(us);
           }
         }
       }
     }
     share.baseline_us = bare.p50();
     posted.baseline_us = bare.p50();
+    by_ticket.baseline_us = bare.p50();
     daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     std::fprintf(stderr, "gpubroker-bench: hand-over at %s done\n", s.c_str());
   }
