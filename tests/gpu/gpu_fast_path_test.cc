@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <string>
@@ -240,6 +241,27 @@ class HeldStream {
   bool opened_ = false;
 };
 
+// Page-locked host memory: a device-to-host cudaMemcpyAsync into pageable
+// memory returns only once the copy is done, so a test that holds the copy
+// behind a gate and then opens the gate would wait for itself.
+class PinnedHost {
+ public:
+  explicit PinnedHost(size_t bytes) : bytes_(bytes) {
+    if (cudaMallocHost(&data_, bytes) == cudaSuccess) std::memset(data_, 0, bytes);
+  }
+  ~PinnedHost() { cudaFreeHost(data_); }
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+  bool ok() const { return data_ != nullptr; }
+  unsigned char* data() const { return static_cast<unsigned char*>(data_); }
+  unsigned char front() const { return data()[0]; }
+  unsigned char back() const { return data()[bytes_ - 1]; }
+
+ private:
+  size_t bytes_;
+  void* data_ = nullptr;
+};
+
 // Runs `release` on another thread; false (after opening the gate, so that
 // it can finish) when it did not return within 10 s: it waited for the device.
 bool ReturnsWithoutWaiting(HeldStream& held, const std::function<void()>& release) {
@@ -389,7 +411,8 @@ TEST(GpuFastPath, APostedSealIsFoundAtOnceAndItsFenceStillOrdersTheReader) {
   o.stream = reader_stream;  // waits on the fence, behind the held memset
   Buffer seen = consumer.open("posted.gpu", o);
   EXPECT_EQ(seen.info().state, BufferState::kSealed);
-  std::vector<unsigned char> host(kMiB, 0);
+  PinnedHost host(kMiB);  // pageable memory would make the copy wait on the host
+  ASSERT_TRUE(host.ok());
   ASSERT_EQ(cudaMemcpyAsync(host.data(), seen.data(), kMiB, cudaMemcpyDeviceToHost, reader_stream),
             cudaSuccess);
   std::this_thread::sleep_for(100ms);
@@ -438,7 +461,8 @@ TEST(GpuFastPath, AClaimedTicketsFenceOrdersTheReaderAfterTheProducerLetGo) {
   Buffer seen = consumer.claim_posted(ticket);
   seen.wait_ready(reader_stream);  // the claim's answer is taken here
   EXPECT_EQ(seen.info().state, BufferState::kSealed);
-  std::vector<unsigned char> host(kMiB, 0);
+  PinnedHost host(kMiB);  // pageable memory would make the copy wait on the host
+  ASSERT_TRUE(host.ok());
   ASSERT_EQ(cudaMemcpyAsync(host.data(), seen.data(), kMiB, cudaMemcpyDeviceToHost, reader_stream),
             cudaSuccess);
   std::this_thread::sleep_for(100ms);
