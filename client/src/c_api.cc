@@ -566,7 +566,12 @@ gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffer_t* b, int32_t*
 
 gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* b, char** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
-  return Guard([&] { *out = CopyString(gpubroker::ToJson(b->buffer().info())); });
+  // A refused posted claim or hold is reported here, not read as a buffer.
+  if (const auto s = SettleClaim(*b); s != GPUBROKER_OK) return s;
+  return Guard([&] {
+    b->held->buffer.settle();
+    *out = CopyString(gpubroker::ToJson(b->buffer().info()));
+  });
 }
 
 gpubroker_status_t gpubroker_buffer_get_facts(const gpubroker_buffer_t* b,

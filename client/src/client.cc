@@ -126,11 +126,16 @@ void Buffer::Settle() const {
     }
   }
   // Tickets' holds: only a refusal matters (the buffer is the one held).
-  while (!holds_.empty()) {
-    const uint64_t request = holds_.front();
-    holds_.erase(holds_.begin());
-    impl_->CollectCall(request);
+  // Every answer is taken, even past a refusal; the first refusal is thrown.
+  std::exception_ptr refused;
+  for (const uint64_t request : std::exchange(holds_, {})) {
+    try {
+      impl_->CollectCall(request);
+    } catch (...) {
+      if (!refused) refused = std::current_exception();
+    }
   }
+  if (refused) std::rethrow_exception(refused);
 }
 
 void Buffer::SettleClaim() const {

@@ -80,7 +80,8 @@ absl::StatusOr<BufferGrant> Registry::Claim(SessionId session_id, const std::str
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
   auto t = tickets_.find(secret);
-  if (t == tickets_.end()) return NoTicket();
+  // Expired but not reaped yet (the timer runs late under load): gone all the same.
+  if (t == tickets_.end() || t->second.expires_unix_ms <= Now()) return NoTicket();
   Buffer& b = buffers_.at(t->second.buffer);  // the ticket's lease keeps it
   if (!Visible(b, s->view.tenant)) return NoTicket();
   if (!SealedForClaim(b)) {
