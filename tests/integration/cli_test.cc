@@ -1,6 +1,8 @@
 // The command-line tool as scripts and operators use it: help for every
 // command, exit statuses that tell "no daemon" from "refused", errors as JSON,
 // wait and top against a real daemon and real client processes.
+#include <unistd.h>
+
 #include <map>
 #include <sstream>
 #include <thread>
@@ -129,8 +131,11 @@ TEST(Cli, WaitReturnsWhenTheBufferIsSealedAndTimesOutOtherwise) {
   EXPECT_EQ(info["state"], "sealed");
   EXPECT_EQ(waiter.Wait(10s), 0);
   // Its lease went with it: the producer's buffer is freed at once.
+  const std::string buffers =
+      "gpubroker_buffers{device=\"host\",tenant=\"uid-" + std::to_string(::geteuid()) + "\"}";
+  EXPECT_EQ(daemon.Metric(buffers), 1);
   producer.Ok("release x");
-  EXPECT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_buffers") == 0; }));
+  EXPECT_TRUE(Eventually([&] { return daemon.Metric(buffers) == 0; }));
 
   const auto start = std::chrono::steady_clock::now();
   const CommandResult late =
