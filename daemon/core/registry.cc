@@ -236,10 +236,9 @@ absl::StatusOr<BufferGrant> Registry::Allocate(SessionId session_id, const Alloc
   b.owns_descriptor = owns_descriptor;
   if (p.ttl_ms != 0) {
     b.view.expires_unix_ms = ExpiryTime(b.view.created_unix_ms, p.ttl_ms);
-    const bool earliest = expiries_.empty() || b.view.expires_unix_ms < expiries_.begin()->first;
     expiries_.emplace(b.view.expires_unix_ms, b.view.id);
     b.in_expiries = true;
-    if (earliest) timers_.Signal();
+    WakeTimersFor(b.view.expires_unix_ms);
   }
   b.memory = std::move(*memory);
   b.view.backing = BackingName(b.memory->import_info().kind);

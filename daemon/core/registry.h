@@ -419,6 +419,11 @@ class Registry final : public MappingHolders {
   };
 
   int64_t Now() const;
+  // Wakes the timer thread if it sleeps past `unix_ms` (a TTL or a ticket's
+  // expiry), or past `deadline` (a parked Open's).
+  void WakeTimersFor(int64_t unix_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeTimersFor(std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int> ResolveDevice(const std::string& device) const;
   absl::Status ValidateAllocation(const AllocateParams& params) const;
   /// The session, or UNAVAILABLE during shutdown / UNAUTHENTICATED once it has ended.
@@ -473,6 +478,14 @@ class Registry final : public MappingHolders {
   mutable absl::Mutex mu_;
   absl::CondVar timers_;  // an earlier TTL or wait deadline was set; timers stopped
   bool timers_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // While the timer thread sleeps in AwaitTimers: when it will look next (at
+  // the latest), on the registry's clock and on the steady one. A TTL or a
+  // deadline at or after that wakes nobody: the thread finds it then (a
+  // ticket's 60 s or a parked Open's 30 s would otherwise wake it at every
+  // call, a context switch that contends for mu_ with the caller).
+  bool timers_asleep_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t timers_look_unix_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point timers_look_steady_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
   BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;

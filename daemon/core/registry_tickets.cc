@@ -67,12 +67,11 @@ absl::StatusOr<BufferId> Registry::Hold(SessionId session_id, const HoldParams& 
   held++;
   const uint64_t ttl = p.ttl_ms == 0 ? kDefaultTicketTtlMs : p.ttl_ms;
   const int64_t expires = Now() + static_cast<int64_t>(ttl);
-  const std::optional<int64_t> earliest = NextExpiryLocked();
   tickets_.emplace(p.secret, Ticket{id, b->second.view.tenant, expires});
   ticket_expiries_.emplace(expires, p.secret);
   b->second.view.leases++;  // the ticket's, not the session's
   totals_.tickets_held++;
-  if (!earliest || expires < *earliest) timers_.Signal();
+  WakeTimersFor(expires);
   return id;
 }
 

@@ -55,10 +55,9 @@ std::optional<absl::StatusOr<BufferGrant>> Registry::OpenOrPark(SessionId sessio
   }
   // A bare name waits in the caller's own tenant, "tenant/name" in that one.
   if (key.id == 0 && target.tenant.empty()) target.tenant = s.view.tenant;
-  const auto earliest = waits_.NextDeadline();
   const WaitId id = waits_.Add(session_id, s.view.tenant, std::move(target), deadline);
   parked_.emplace(id, Parked{session_id, key, params.allow_unsealed, std::move(done)});
-  if (!earliest || deadline < *earliest) timers_.Signal();
+  WakeTimersFor(deadline);
   *parked = id;
   return std::nullopt;
 }
@@ -161,8 +160,24 @@ bool Registry::AwaitTimers(absl::Duration at_most) {
   if (auto next = waits_.NextDeadline()) {
     wait = std::min(wait, absl::FromChrono(*next - std::chrono::steady_clock::now()));
   }
-  if (wait > absl::ZeroDuration()) timers_.WaitWithTimeout(&mu_, wait);
+  if (wait > absl::ZeroDuration()) {
+    // Rounded up: a time before the look is surely signalled.
+    timers_look_unix_ms_ =
+        Now() + absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)));
+    timers_look_steady_ = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
+    timers_asleep_ = true;
+    timers_.WaitWithTimeout(&mu_, wait);
+    timers_asleep_ = false;
+  }
   return !timers_stopped_;
+}
+
+void Registry::WakeTimersFor(int64_t unix_ms) {
+  if (timers_asleep_ && unix_ms < timers_look_unix_ms_) timers_.Signal();
+}
+
+void Registry::WakeTimersFor(std::chrono::steady_clock::time_point deadline) {
+  if (timers_asleep_ && deadline < timers_look_steady_) timers_.Signal();
 }
 
 void Registry::StopTimers() {
