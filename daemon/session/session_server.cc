@@ -117,6 +117,7 @@ void SessionServer::Warn(const std::string& message) {
 }
 
 void SessionServer::Loop() {
+  loop_thread_ = std::this_thread::get_id();
   epoll_event events[64];
   auto last_event = std::chrono::steady_clock::time_point();
   // The end of the last turn: what each turn decides from (one clock read a turn).
@@ -654,6 +655,9 @@ void SessionServer::Post(Completion completion) {
     absl::MutexLock lock(&completions_mu_);
     completions_.push_back(std::move(completion));
   }
+  // Ended on this thread (a seal read here answers the Opens parked on
+  // it): answered at the end of this turn, with no wake-up to send.
+  if (std::this_thread::get_id() == loop_thread_.load(std::memory_order_relaxed)) return;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
 }

@@ -167,6 +167,7 @@ class SessionServer {
   UniqueFd wake_;  // eventfd: Stop() wakes the loop
   std::atomic<bool> stopping_{false};
   std::thread thread_;
+  std::atomic<std::thread::id> loop_thread_{};  // Loop()'s, once it runs
   RateLimiter warn_limiter_{5.0, 20.0};
   // Touched by the loop thread only (and by Stop after the thread has ended).
   std::unordered_map<int, std::unique_ptr<Connection>> connections_;
