@@ -386,6 +386,12 @@ class ClientImpl {
   void OnBlocksReturned(const v1::BlocksReturned& returned);
   void DrainReturned();
   v1::ClientCounters Counters() const;
+  // This client's counters, on `call` when they changed since the last
+  // frame that carried them (most calls change none: the daemon then skips
+  // its books and its metrics for the frame); `always`: whether or not.
+  void AttachCounters(v1::Call& call, bool always = false);
+  std::mutex counters_mu_;
+  std::string sent_counters_;  // serialized, as last sent
 
   bool suballocate_ = false;
   mutable std::mutex arenas_mu_;

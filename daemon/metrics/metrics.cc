@@ -326,17 +326,23 @@ void Metrics::SessionCallServed(SessionCall call, double seconds) {
 }
 
 void Metrics::ClientReported(const ClientCounters& d) {
-  auto n = [](uint64_t v) { return static_cast<double>(v); };
-  Find(allocation_results_, "ok", allocations_).Increment(n(d.allocations));
-  by_client_->Increment(n(d.allocations));
-  by_session_->Increment(n(d.daemon_allocations));
-  by_grpc_->Increment(n(d.grpc_allocations));
-  maps_mapped_->Increment(n(d.opens_arena));
-  maps_imported_->Increment(n(d.opens_import));
-  maps_cached_->Increment(n(d.opens_cached));
-  cache_hits_.Increment(n(d.opens_cached));
-  cache_misses_.Increment(n(d.mapping_cache_misses));
-  cache_evictions_.Increment(n(d.mapping_cache_evictions));
+  // Every frame reports; most report no change: a counter is touched (a
+  // cache line of its own, cold between a hand-over's calls) only to grow.
+  auto add = [](prometheus::Counter& c, uint64_t v) {
+    if (v != 0) c.Increment(static_cast<double>(v));
+  };
+  if (d.allocations != 0) {
+    Find(allocation_results_, "ok", allocations_).Increment(static_cast<double>(d.allocations));
+  }
+  add(*by_client_, d.allocations);
+  add(*by_session_, d.daemon_allocations);
+  add(*by_grpc_, d.grpc_allocations);
+  add(*maps_mapped_, d.opens_arena);
+  add(*maps_imported_, d.opens_import);
+  add(*maps_cached_, d.opens_cached);
+  add(cache_hits_, d.opens_cached);
+  add(cache_misses_, d.mapping_cache_misses);
+  add(cache_evictions_, d.mapping_cache_evictions);
 }
 
 void Metrics::UnmapRequested(uint64_t allocations) {
