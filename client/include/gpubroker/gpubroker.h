@@ -372,7 +372,12 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffe
                                                            const int64_t** shape,
                                                            const int64_t** strides,
                                                            uint64_t* byte_offset);
-/** @brief JSON of the buffer's description; free with gpubroker_string_free. */
+/**
+ * @brief JSON of the buffer's description; free with gpubroker_string_free.
+ * Takes in the answers of a posted seal, claim or ticket first: their refusal
+ * is this call's status (the getters that return a value, such as
+ * gpubroker_buffer_id, read a refused claim as no buffer: 0, NULL).
+ */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_info_json(const gpubroker_buffer_t* buffer,
                                                               char** out);
 
