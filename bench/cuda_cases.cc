@@ -390,20 +390,23 @@ int RunCuda(const Options& o) {
     Samples* total;
     Samples* call;
     Samples* open;
+    Samples* wait;
     Samples* sync;
   };
   SealWaitRows seal_wait{&add("seal + wait: A seals, B's Open(wait)+stream wait return"),
                          &add("  of which A's seal call"),
-                         &add("  of which until B's Open(wait) returned"),
-                         &add("  of which B's stream synchronize after its Open")};
+                         &add("  of which until B's Open(wait) returned (answer, map)"),
+                         &add("  of which B's stream wait call after it (wait_ready)"),
+                         &add("  of which B's stream synchronize after its wait")};
   // The same with A's seal posted: A does not wait for the daemon's answer,
   // and B's parked Open is answered when the daemon reads A's frame, so the
   // whole is one hop A -> daemon and one daemon -> B (issue #11's
   // "seal + wait <= 2 round trips").
   SealWaitRows seal_wait_posted{&add("  variant: A's seal posted (total)"),
                                 &add("    of which A's seal_posted call"),
-                                &add("    of which until B's Open(wait) returned"),
-                                &add("    of which B's stream synchronize after its Open")};
+                                &add("    of which until B's Open(wait) returned (answer, map)"),
+                                &add("    of which B's stream wait call after it (wait_ready)"),
+                                &add("    of which B's stream synchronize after its wait")};
   // B waits in Open for a name; A seals it after 2 ms, so that B is parked.
   auto seal_and_wait = [&](int i, const SealWaitRows& rows, bool keep, bool posted) {
     AllocateOptions ao;
@@ -426,7 +429,8 @@ int RunCuda(const Options& o) {
     if (keep) {
       rows.total->us.push_back(static_cast<double>(r.a - t0) / 1e3);
       rows.call->us.push_back(static_cast<double>(sealed - t0) / 1e3);
-      rows.open->us.push_back(static_cast<double>(r.b - t0) / 1e3);
+      rows.open->us.push_back(static_cast<double>(r.c - t0) / 1e3);
+      rows.wait->us.push_back(static_cast<double>(r.b - r.c) / 1e3);
       rows.sync->us.push_back(static_cast<double>(r.a - r.b) / 1e3);
     }
     ReleasePeer(peer.fd());

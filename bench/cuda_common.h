@@ -27,6 +27,7 @@ struct Msg {
   uint32_t variant = 0;
   uint64_t a = 0;
   uint64_t b = 0;
+  uint64_t c = 0;
   char data[512] = {};  // a name, a pool's export data, or a ticket
 };
 

@@ -137,8 +137,9 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         Send(fd, ready);  // about to wait
         OpenOptions oo;
         oo.wait = true;
-        oo.stream = stream;
         state.buffer.emplace(client.open(std::string_view(m.data), oo));
+        reply.c = NowNs();  // answered and mapped
+        state.buffer->wait_ready(stream);
         reply.b = NowNs();
         Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         reply.a = NowNs();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "common/refusal.h"
 #include "common/spin.h"
@@ -634,6 +635,13 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   if (!status.ok()) {
     reply.Clear();
     ToErrorFrame(status, call.request_id(), reply.mutable_error());
+  } else if ((call.has_publish() || call.has_seal()) && !looking_ahead_ && !answering_deferred_) {
+    // The consumers parked on this seal are answered before the producer:
+    // their wait is a hand-over's critical path, and a producer that posted
+    // its seal is not even waiting. (Only where this connection is the one
+    // being served: answering may drop another connection, which a
+    // look-ahead further up the stack may be serving.)
+    AnswerParked(c.fd.get());
   }
   // Blocks of this session's ranges that came back travel just before the
   // answer, in the same write: the daemon writes only when it answers.
@@ -662,11 +670,20 @@ void SessionServer::Post(Completion completion) {
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
 }
 
-void SessionServer::AnswerParked() {
+void SessionServer::AnswerParked(int serving_fd) {
   std::vector<Completion> ready;
   {
     absl::MutexLock lock(&completions_mu_);
     ready.swap(completions_);
+    if (serving_fd >= 0) {
+      // The connection being served keeps its answers for the end of the
+      // turn: sending to it now could drop it under its caller.
+      auto mine =
+          std::stable_partition(ready.begin(), ready.end(),
+                                [serving_fd](const Completion& d) { return d.fd != serving_fd; });
+      std::move(mine, ready.end(), std::back_inserter(completions_));
+      ready.erase(mine, ready.end());
+    }
   }
   for (Completion& done : ready) {
     auto it = connections_.find(done.fd);

@@ -146,8 +146,9 @@ class SessionServer {
   Outcome Flush(Connection& c);
   /// Hands a completion to the loop thread (any thread) and wakes it.
   void Post(Completion completion);
-  /// Sends the answers of the waits that ended (loop thread).
-  void AnswerParked();
+  /// Sends the answers of the waits that ended (loop thread); those of
+  /// `serving_fd`, the connection being served, stay for the end of the turn.
+  void AnswerParked(int serving_fd = -1);
   void WatchFor(Connection& c, bool reading);
   void Remove(int fd);
   /// Sends the registry's requests to unmap to their sessions' clients.
