@@ -305,7 +305,8 @@ uint64_t SessionChannel::Post(v1::Call call) {
   call.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_call() = std::move(call);
-  if (frame.ByteSizeLong() > kMaxFrameBytes) return 0;
+  const std::string bytes = EncodeFrame(frame);
+  if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return 0;
   {
     std::lock_guard lock(mu_);
     if (!ended_.ok()) ThrowEnded();
@@ -315,7 +316,7 @@ uint64_t SessionChannel::Post(v1::Call call) {
   }
   absl::Status sent = [&] {
     std::lock_guard send(send_mu_);
-    return SendAll(fd_.get(), EncodeFrame(frame));
+    return SendAll(fd_.get(), bytes);
   }();
   if (!sent.ok()) {
     std::lock_guard lock(mu_);
@@ -434,8 +435,9 @@ bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::millisec
   call.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_call() = std::move(call);
-  if (frame.ByteSizeLong() > kMaxFrameBytes) return false;
-  v1::SessionFrame answer = Exchange(EncodeFrame(frame), id, nullptr, timeout);
+  const std::string bytes = EncodeFrame(frame);
+  if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return false;
+  v1::SessionFrame answer = Exchange(bytes, id, nullptr, timeout);
   if (!answer.has_reply())
     ThrowError(ErrorCode::kInternal, "session.sock: Call answered with an FdGrant");
   *reply = std::move(*answer.mutable_reply());

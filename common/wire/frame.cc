@@ -5,12 +5,13 @@
 namespace gpubroker {
 
 std::string EncodeFrame(const v1::SessionFrame& frame) {
-  std::string body = frame.SerializeAsString();
-  const auto n = static_cast<uint32_t>(body.size());
-  std::string out;
-  out.reserve(kFrameHeaderBytes + body.size());
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += body;
+  // One pass: the body is serialized in place behind its length, with no
+  // second buffer to copy it from.
+  const size_t size = frame.ByteSizeLong();
+  const auto n = static_cast<uint32_t>(size);
+  std::string out(kFrameHeaderBytes + size, '\0');
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  frame.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + kFrameHeaderBytes));
   return out;
 }
 

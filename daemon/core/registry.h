@@ -235,9 +235,11 @@ class Registry final : public MappingHolders {
   /// whose allocation or seal makes it servable, from ExpireWaits at its
   /// deadline, from CancelWait, from the end of its session or from
   /// shutdown; never from within this call, never under the registry's lock.
+  /// `may_appear` (optional) is set for a refusal that a frame already on
+  /// its way could end, as CouldBecomeOpenable says, found in the same look.
   std::optional<absl::StatusOr<BufferGrant>> OpenOrPark(SessionId session, const BufferKey& key,
                                                         const OpenParams& params, OpenDone done,
-                                                        WaitId* parked);
+                                                        WaitId* parked, bool* may_appear = nullptr);
   /// True when an Open of `key` that does not wait would be refused now for
   /// a reason that a frame already on its way could end: the name is not
   /// known yet, or the buffer is not sealed (and `allow_unsealed` is not

@@ -20,10 +20,14 @@ std::chrono::steady_clock::time_point Registry::WaitDeadline(const OpenParams& p
 std::optional<absl::StatusOr<BufferGrant>> Registry::OpenOrPark(SessionId session_id,
                                                                 const BufferKey& key,
                                                                 const OpenParams& params,
-                                                                OpenDone done, WaitId* parked) {
+                                                                OpenDone done, WaitId* parked,
+                                                                bool* may_appear) {
+  if (may_appear != nullptr) *may_appear = false;
+  // The name is parsed for the wait list only when the Open may wait: one
+  // that does not (most) parses it once, in TryOpen's lookup.
   WaitList::Target target;
   target.id = key.id;
-  if (key.id == 0) {
+  if (key.id == 0 && params.wait) {
     auto ref = ParseNameRef(key.name);
     if (!ref.ok()) return ref.status();
     target.tenant = std::string(ref->tenant);
@@ -35,6 +39,7 @@ std::optional<absl::StatusOr<BufferGrant>> Registry::OpenOrPark(SessionId sessio
   if (!live.ok()) return live.status();
   Session& s = **live;
   OpenAttempt attempt = TryOpen(s, key, params.allow_unsealed);
+  if (!attempt.result.ok() && may_appear != nullptr) *may_appear = attempt.may_wait;
   if (attempt.result.ok() || !params.wait || !attempt.may_wait) return std::move(attempt.result);
   if (std::chrono::steady_clock::now() >= deadline) {
     const bool exists = attempt.result.status().code() == absl::StatusCode::kFailedPrecondition;

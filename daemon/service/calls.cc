@@ -82,7 +82,8 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
 std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v1::OpenRequest& req,
                                                    std::chrono::steady_clock::time_point deadline,
                                                    v1::OpenResponse* resp, OpenAnswer done,
-                                                   WaitId* parked) {
+                                                   WaitId* parked, bool* absent) {
+  if (absent != nullptr) *absent = false;
   auto key = FromProto(req.ref());
   if (!key.ok()) {
     metrics_.Open("invalid");
@@ -114,8 +115,9 @@ std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v
         absl::Status status = finish(std::move(grant), &out);
         done(std::move(status), std::move(out));
       },
-      parked);
+      parked, absent != nullptr && !req.wait() ? absent : nullptr);
   if (!answer) return std::nullopt;
+  if (absent != nullptr && *absent) return std::nullopt;  // the caller looks ahead, then asks again
   return finish(std::move(*answer), resp);
 }
 

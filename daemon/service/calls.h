@@ -41,10 +41,15 @@ class BrokerCalls {
   /// the status (with `resp` filled in when OK). Parked: returns nullopt and
   /// sets `*parked`; `done` gets the answer later. `deadline` is the
   /// transport's (a gRPC deadline; max: none); the request's timeout_ms and
-  /// the daemon's default bound it further.
+  /// the daemon's default bound it further. `absent` (optional, for an Open
+  /// that does not wait): a refusal that a frame already on its way could
+  /// end (the name not known yet, the buffer not sealed yet) is not counted
+  /// nor logged but returned as nullopt with `*absent` set, for the caller
+  /// to look ahead and ask again.
   std::optional<absl::Status> OpenAsync(const SessionView& s, const v1::OpenRequest& req,
                                         std::chrono::steady_clock::time_point deadline,
-                                        v1::OpenResponse* resp, OpenAnswer done, WaitId* parked);
+                                        v1::OpenResponse* resp, OpenAnswer done, WaitId* parked,
+                                        bool* absent = nullptr);
   /// Ends a parked Open with `why` (CANCELLED, DEADLINE_EXCEEDED) if it is still parked.
   void CancelWait(WaitId id, absl::Status why) { registry_.CancelWait(id, std::move(why)); }
   absl::Status Seal(const SessionView& s, const v1::SealRequest& req, v1::SealResponse* resp);

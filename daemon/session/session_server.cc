@@ -18,6 +18,7 @@
 #include "common/units.h"
 #include "common/version.h"
 #include "daemon/service/convert.h"
+#include "google/protobuf/arena.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
@@ -205,6 +206,12 @@ bool SessionServer::CouldBeServedLater(const Connection& asking, const v1::Call&
 
 bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
   if (!CouldBeServedLater(asking, call)) return false;
+  if (DeferOrCatchUp(asking, call)) return true;
+  metrics_.OpenLookedAhead(!CouldBeServedLater(asking, call));
+  return false;
+}
+
+bool SessionServer::DeferOrCatchUp(Connection& asking, const v1::Call& call) {
   if (looking_ahead_) {
     // Read in a look-ahead: answered once it is over, when whatever was
     // sent before this Open has been served.
@@ -216,7 +223,6 @@ bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
   // Open's frame is readable now. Serve every other ready connection once,
   // then this Open.
   CatchUp(asking.fd.get());
-  metrics_.OpenLookedAhead(!CouldBeServedLater(asking, call));
   return false;
 }
 
@@ -567,7 +573,15 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
 }
 
 SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call) {
-  v1::SessionFrame reply;
+  // The answer lives on an arena whose first block is on this stack: it is
+  // encoded before this returns, and its messages and strings cost no heap
+  // allocation of their own, nor a destructor each.
+  alignas(8) char block[4096];
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.initial_block = block;
+  arena_options.initial_block_size = sizeof(block);
+  google::protobuf::Arena arena(arena_options);
+  v1::SessionFrame& reply = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(&arena);
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
@@ -580,18 +594,26 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
         break;
       case v1::Call::kOpen: {
-        if (!answering_deferred_ && LookAhead(c, call)) return Outcome::kKeep;  // answered later
         // A waiting Open is parked in the registry, not here: this thread
         // goes on serving the connection (and every other), and answers the
         // wait when it ends (AnswerParked); that reply may overtake others.
         WaitId parked = 0;
-        auto now = calls_.OpenAsync(
-            c.view, call.open(), std::chrono::steady_clock::time_point::max(), r->mutable_open(),
-            [this, fd = c.fd.get(), serial = c.serial, id = call.request_id()](
-                absl::Status answer, v1::OpenResponse resp) {
-              Post(Completion{fd, serial, id, std::move(answer), std::move(resp)});
-            },
-            &parked);
+        const auto deadline = std::chrono::steady_clock::time_point::max();
+        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = call.request_id()](
+                          absl::Status result, v1::OpenResponse resp) {
+          Post(Completion{fd, serial, id, std::move(result), std::move(resp)});
+        };
+        // An Open that does not wait is tried at once. Only one refused for a
+        // reason that a frame already sent could end (a posted seal of its
+        // name) looks at the other sessions' frames first, and is asked again.
+        bool absent = false;
+        auto now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer,
+                                    &parked, answering_deferred_ ? nullptr : &absent);
+        if (absent) {
+          if (DeferOrCatchUp(c, call)) return Outcome::kKeep;  // answered later
+          now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer, &parked);
+          metrics_.OpenLookedAhead(now && now->ok());
+        }
         if (!now) return Outcome::kKeep;
         status = *now;
         break;

@@ -124,6 +124,10 @@ class SessionServer {
   /// ticket not held yet (or of a buffer not sealed yet) is served the same
   /// way: the producer's hold was written before it handed the ticket out.
   bool LookAhead(Connection& asking, const v1::Call& call);
+  /// The look-ahead itself, for a call known to need it: inside another's
+  /// look-ahead the call is left for its end (true); otherwise every other
+  /// ready connection is served once (false: ask again now).
+  bool DeferOrCatchUp(Connection& asking, const v1::Call& call);
   /// True for an Open or a Claim that would be refused now for a reason that
   /// a frame already sent could end.
   bool CouldBeServedLater(const Connection& asking, const v1::Call& call);
