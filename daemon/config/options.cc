@@ -166,13 +166,6 @@ const std::vector<OptionSpec> kOptions = {
      "sleeps: a hand-over's second call comes within it and finds the thread awake. Costs the "
      "daemon's CPU for that long after each burst of calls; 0: sleep at once.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_us, v); }},
-    {"handover-poll-us", "GPUBROKER_HANDOVER_POLL_US", "handover_poll_us", "MICROSECONDS", "1000",
-     "After serving a seal (a Publish that seals, a Seal, a ticket's Hold), session.sock's thread "
-     "polls this long instead of busy-poll-us: the consumer's Open or Claim of that hand-over "
-     "comes after its producer has told it, later than a call's second half, and finds the "
-     "thread awake. At most this much of the daemon's CPU per hand-over; 0: busy-poll-us "
-     "applies after a seal too (set both to 0 never to poll).",
-     [](DaemonOptions& o, std::string_view v) { return SetCount(o.handover_poll_us, v); }},
     {"max-sessions-per-uid", "GPUBROKER_MAX_SESSIONS_PER_UID", "max_sessions_per_uid", "N", "256",
      "Connections to session.sock one uid may hold (each client process holds one); 0: no cap.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_sessions_per_uid, v); }},

@@ -27,7 +27,6 @@ struct DaemonOptions {
   std::string admin_group;  // its members (and root) see every tenant in Status
   uint64_t hello_timeout_ms = 5000;
   uint32_t busy_poll_us = 100;       // session.sock's thread stays awake this long after a frame
-  uint32_t handover_poll_us = 1000;  // ... and this long after a seal (the consumer's call follows)
   uint64_t default_quota_bytes = 0;  // 0: unlimited
   std::string devices;               // CUDA devices by UUID or ordinal; empty: all
   std::string pool_bytes = "90%";    // per CUDA device: bytes or a share

@@ -125,7 +125,6 @@ void SessionServer::Loop() {
   // The end of the last turn: what each turn decides from (one clock read a turn).
   auto now = std::chrono::steady_clock::now();
   auto next_sweep = now + kSweepInterval;
-  auto poll = options_.busy_poll;  // after the last turn that served something
   while (!stopping_) {
     auto timeout = kSweepInterval;
     if (!listening_) {
@@ -136,7 +135,7 @@ void SessionServer::Loop() {
     // Awake for a while after serving something: the next call of a
     // hand-over (the consumer's Open after the producer's Publish) usually
     // comes within it, and finds this thread running instead of asleep.
-    const bool awake = poll.count() > 0 && now - last_event < poll;
+    const bool awake = options_.busy_poll.count() > 0 && now - last_event < options_.busy_poll;
     const int n =
         ::epoll_wait(epoll_.get(), events, 64, awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
@@ -171,14 +170,7 @@ void SessionServer::Loop() {
     // too): answered in this same turn of the loop.
     AnswerParked();
     now = std::chrono::steady_clock::now();
-    if (n > 0) {
-      last_event = now;  // the busy poll counts from the end of serving
-      // After a seal the hand-over's consumer calls next, once its producer
-      // has told it (a pipe, a queue): later than a call's second half.
-      poll = sealed_this_turn_ ? std::max(options_.busy_poll, options_.handover_poll)
-                               : options_.busy_poll;
-      sealed_this_turn_ = false;
-    }
+    if (n > 0) last_event = now;  // the busy poll counts from the end of serving
     if (!listening_ && now >= resume_accepting_) {
       epoll_event ev{};
       ev.events = EPOLLIN;
@@ -628,7 +620,6 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
       }
       case v1::Call::kSeal:
         status = calls_.Seal(c.view, call.seal(), r->mutable_seal());
-        sealed_this_turn_ = true;
         break;
       case v1::Call::kRelease:
         status = calls_.Release(c.view, call.release());
@@ -643,11 +634,9 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         break;
       case v1::Call::kPublish:
         status = calls_.Publish(c.view, call.publish(), r->mutable_publish());
-        sealed_this_turn_ = sealed_this_turn_ || call.publish().seal();
         break;
       case v1::Call::kHold:
         status = calls_.Hold(c.view, call.hold(), r->mutable_hold());
-        sealed_this_turn_ = true;
         break;
       case v1::Call::kClaim:
         if (!answering_deferred_ && LookAhead(c, call)) return Outcome::kKeep;  // answered later

@@ -57,10 +57,6 @@ class SessionServer {
     /// How long the loop polls for more after it served something, before
     /// it sleeps in epoll_wait (common/spin.h); 0: it sleeps at once.
     std::chrono::microseconds busy_poll{0};
-    /// The same after a turn that served a seal (a Publish that seals, a
-    /// Seal, a Hold), when the hand-over's consumer is about to call; the
-    /// longer of the two applies. 0: busy_poll alone.
-    std::chrono::microseconds handover_poll{0};
   };
 
   SessionServer(BrokerCalls& calls, DescriptorBudget& descriptors, ReserveDescriptor& reserve,
@@ -188,7 +184,6 @@ class SessionServer {
     uint64_t serial = 0;
     v1::Call call;
   };
-  bool sealed_this_turn_ = false;  // a turn served a seal: poll for handover_poll after it
   bool looking_ahead_ = false;
   bool answering_deferred_ = false;
   std::vector<epoll_event> look_ahead_events_;

@@ -201,31 +201,9 @@ TEST(Lifecycle, AnIdleDaemonSleepsAfterItsBusyPoll) {
   EXPECT_LT(used, 0.25) << "the daemon kept polling with nobody calling";
 }
 
-// After a seal the loop polls for the hand-over's consumer (--handover-poll-us),
-// after other calls for --busy-poll-us only, and then it sleeps.
-TEST(Lifecycle, ASealKeepsTheLoopAwakeForTheConsumerAndOtherCallsDoNot) {
-  Daemon daemon({"--busy-poll-us", "0", "--handover-poll-us", "600000"});
-  ASSERT_TRUE(daemon.ok());
-  Helper h(daemon.socket_dir());
-  h.Ok("alloc a 8192 name=handover");
-  auto cpu_over = [&](std::chrono::milliseconds window) {
-    const double before = CpuSeconds(daemon.pid());
-    std::this_thread::sleep_for(window);
-    return CpuSeconds(daemon.pid()) - before;
-  };
-  std::this_thread::sleep_for(100ms);
-  EXPECT_LT(cpu_over(300ms), 0.05) << "asleep before the seal";
-  h.Ok("seal a");  // one Publish frame that seals
-  EXPECT_GT(cpu_over(300ms), 0.08) << "the loop slept right after a seal";
-  std::this_thread::sleep_for(400ms);
-  EXPECT_LT(cpu_over(300ms), 0.05) << "the loop kept polling past --handover-poll-us";
-  h.Ok("release a");  // not a seal: busy-poll-us (0) applies
-  EXPECT_LT(cpu_over(300ms), 0.05) << "the loop polled after a call that seals nothing";
-}
-
 // Neither side waiting awake changes what is answered, only how soon.
 TEST(Lifecycle, CallsAreAnsweredWithoutWaitingAwake) {
-  Daemon daemon({"--busy-poll-us", "0", "--handover-poll-us", "0"});
+  Daemon daemon({"--busy-poll-us", "0"});
   ASSERT_TRUE(daemon.ok());
   Helper a({"/usr/bin/env", "GPUBROKER_SPIN_US=0", BinDir() + "/gpubroker-test-helper",
             "--socket-dir", daemon.socket_dir()});
