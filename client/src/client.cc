@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cctype>
 #include <exception>
-#include <filesystem>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -276,8 +275,8 @@ std::string Buffer::ticket(std::chrono::milliseconds ttl) {
   }
   v1::Ticket t;
   t.set_secret(secret.data(), secret.size());
-  // Absolute: the claimer may run in another directory.
-  t.set_socket_dir(std::filesystem::absolute(impl_->socket_dir()).lexically_normal().string());
+  // Absolute (made so at connect): the claimer may run in another directory.
+  t.set_socket_dir(impl_->absolute_socket_dir());
   BufferInfo preview = info_;
   if (posted_ != 0) preview.state = BufferState::kSealed;  // its seal is on its way
   *t.mutable_buffer() = detail::ToProto(preview);

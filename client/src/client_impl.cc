@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "client/src/device_arena.h"
 #include "common/paths.h"
@@ -117,6 +118,11 @@ ClientImpl::ClientImpl(std::string socket_dir, ConnectOptions options)
       pid_(::getpid()),
       cache_(CacheOptions(options_)),
       reader_wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  // Against the directory this process is in now: a later chdir() does not
+  // change which daemon this client reaches, nor what its tickets say.
+  std::error_code cwd_unknown;
+  const std::filesystem::path absolute = std::filesystem::absolute(socket_dir_, cwd_unknown);
+  absolute_socket_dir_ = cwd_unknown ? socket_dir_ : absolute.lexically_normal().string();
   session_channel_ = std::make_unique<SessionChannel>(
       StrCat(socket_dir_, "/", kSessionSocketName), options_.client_name, kHelloTimeout,
       SpinFromEnv("GPUBROKER_SPIN_US", options_.spin));

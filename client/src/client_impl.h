@@ -316,6 +316,9 @@ class ClientImpl {
     return session_channel_->welcome().quick_allocation_limit();
   }
   const std::string& socket_dir() const { return socket_dir_; }
+  /// socket_dir() made absolute and normal once, at connect: what tickets
+  /// carry, for a claimer that may run in another directory.
+  const std::string& absolute_socket_dir() const { return absolute_socket_dir_; }
 
   /// Throws the typed Error for a failed call.
   [[noreturn]] void Throw(const grpc::Status& status) const;
@@ -369,6 +372,7 @@ class ClientImpl {
   uint64_t FencePage(const v1::ImportDescriptor& import);
 
   std::string socket_dir_;
+  std::string absolute_socket_dir_;
   ConnectOptions options_;
   uint64_t fork_generation_ = ForkGeneration();
   pid_t pid_ = 0;  // of the process that connected, for the message
