@@ -580,11 +580,10 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
   impl_->FinishReleases(false);
-  const v1::OpenRequest req = detail::ToOpenRequest(id, name, options);
   v1::OpenResponse resp;
   v1::Call call;
   v1::Reply reply;
-  *call.mutable_open() = req;
+  *call.mutable_open() = detail::ToOpenRequest(id, name, options);
   // A waiting Open is parked in the daemon and answered on the session's
   // connection when the buffer is sealed; the connection serves this
   // client's other calls meanwhile. A daemon that does not say it parks
@@ -597,6 +596,7 @@ Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& optio
       detail::ClientImpl::Debug(
           StrCat("open buffer ", resp.buffer().id(), detail::ClientImpl::CallTiming()));
   } else {
+    const v1::OpenRequest req = detail::ToOpenRequest(id, name, options);
     grpc::ClientContext ctx;
     impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
     grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
