@@ -157,6 +157,7 @@ class SessionChannel {
   // Where the answer to one request lands.
   struct Slot {
     bool done = false;
+    bool posted = false;  // in posted_: counted in posted_waiting_ until done
     v1::SessionFrame frame;
     UniqueFd fd;
   };
@@ -200,8 +201,12 @@ class SessionChannel {
   bool Unasked(const v1::SessionFrame& frame);
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, Slot*> slots_;
-  // The slots of posted calls, oldest first, until their answer is collected.
-  std::deque<std::pair<uint64_t, std::shared_ptr<Slot>>> posted_;
+  // The slots of posted calls by request id (oldest first), until their
+  // answer is collected; posted_waiting_ of them are not answered yet. A
+  // producer may leave thousands uncollected (a ticket's hold is collected
+  // when its buffer settles): neither posting nor collecting walks them.
+  std::map<uint64_t, std::shared_ptr<Slot>> posted_;
+  size_t posted_waiting_ = 0;
   bool reading_ = false;
   std::vector<uint64_t> orphans_;  // buffers granted to Opens whose caller gave up
   // Why the session is over (the daemon closed it, said Goodbye, failed it,

@@ -135,9 +135,11 @@ void SessionChannel::Dispatch(v1::SessionFrame frame) {
     }
     return;
   }
-  it->second->frame = std::move(frame);
-  it->second->fd = std::move(fd);
-  it->second->done = true;
+  Slot& slot = *it->second;
+  slot.frame = std::move(frame);
+  slot.fd = std::move(fd);
+  if (slot.posted && !slot.done) posted_waiting_--;
+  slot.done = true;
 }
 
 bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
@@ -289,16 +291,14 @@ uint64_t SessionChannel::Post(v1::Call call) {
     // Too many answers unread: take the oldest in first. Its slot stays
     // posted (done) until its own Collect.
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    for (;;) {
-      size_t waiting = 0;
-      std::pair<uint64_t, std::shared_ptr<Slot>> oldest;
-      for (const auto& p : posted_) {
-        if (p.second->done) continue;
-        if (waiting++ == 0) oldest = p;
-      }
-      if (waiting < kMaxPosted) break;
+    while (posted_waiting_ >= kMaxPosted) {
+      auto oldest = std::find_if(posted_.begin(), posted_.end(),
+                                 [](const auto& p) { return !p.second->done; });
+      if (oldest == posted_.end()) break;  // never: the count says one waits
+      const uint64_t oldest_id = oldest->first;
+      std::shared_ptr<Slot> slot = oldest->second;  // kept while its answer is awaited
       bool read = false, awake = false;
-      Await(lock, *oldest.second, oldest.first, deadline, &read, &awake);
+      Await(lock, *slot, oldest_id, deadline, &read, &awake);
     }
     id = next_request_id_++;
   }
@@ -311,8 +311,10 @@ uint64_t SessionChannel::Post(v1::Call call) {
     std::lock_guard lock(mu_);
     if (!ended_.ok()) ThrowEnded();
     auto slot = std::make_shared<Slot>();
+    slot->posted = true;
     slots_[id] = slot.get();
-    posted_.emplace_back(id, std::move(slot));
+    posted_.emplace(id, std::move(slot));
+    posted_waiting_++;
   }
   absl::Status sent = [&] {
     std::lock_guard send(send_mu_);
@@ -328,11 +330,12 @@ uint64_t SessionChannel::Post(v1::Call call) {
 }
 
 std::shared_ptr<SessionChannel::Slot> SessionChannel::ForgetPosted(uint64_t id) {
-  auto it =
-      std::find_if(posted_.begin(), posted_.end(), [id](const auto& p) { return p.first == id; });
+  auto it = posted_.find(id);
   if (it == posted_.end()) return nullptr;
   std::shared_ptr<Slot> slot = std::move(it->second);
   posted_.erase(it);
+  if (!slot->done) posted_waiting_--;
+  slot->posted = false;  // its answer, should it come, counts for nothing now
   return slot;
 }
 
