@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <atomic>
-#include <mutex>
 
 namespace gpubroker::detail {
 namespace {
@@ -15,8 +14,13 @@ void InChild() { generation.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace
 
 uint64_t ForkGeneration() noexcept {
-  static std::once_flag installed;
-  std::call_once(installed, [] { ::pthread_atfork(nullptr, nullptr, InChild); });
+  // Installed once (a function's static: after the first call, one load of
+  // its guard, where std::call_once cost a thread-local lookup per call, and
+  // this runs several times in every call of the library).
+  [[maybe_unused]] static const bool installed = [] {
+    ::pthread_atfork(nullptr, nullptr, InChild);
+    return true;
+  }();
   return generation.load(std::memory_order_relaxed);
 }
 
