@@ -3,6 +3,7 @@
 // loop thread's state; split, each part would reach into the others'.
 #include "daemon/session/session_server.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -23,6 +24,13 @@
 
 namespace gpubroker {
 namespace {
+
+// The other end of a stream socket has closed (or its process died): a
+// non-blocking poll reports a hang-up (or the reset of unread data).
+bool PeerGone(int fd) {
+  pollfd p{fd, 0, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0;
+}
 
 constexpr auto kSweepInterval = std::chrono::milliseconds(100);
 // How long accepting pauses after the kernel refused a descriptor.
@@ -731,6 +739,7 @@ void SessionServer::AnswerParked(int serving_fd) {
 
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,
                                                 UniqueFd fd) {
+  if (c.peer_gone) return Outcome::kKeep;  // an answer nobody can read
   c.out.push_back(Outgoing{EncodeFrame(frame), std::move(fd)});
   return Flush(c);
 }
@@ -741,6 +750,15 @@ SessionServer::Outcome SessionServer::Flush(Connection& c) {
     auto sent = SendSome(c.fd.get(), std::string_view(o.bytes).substr(c.out_offset),
                          c.out_offset == 0 ? o.fd.get() : -1);
     if (!sent.ok()) {
+      if (PeerGone(c.fd.get())) {
+        // What it sent before it went is still served (a posted seal, a
+        // ticket's hold: their producer may have been killed right after);
+        // the answers go nowhere, and its end of file ends the session.
+        c.peer_gone = true;
+        c.out.clear();
+        c.out_offset = 0;
+        return Outcome::kKeep;
+      }
       Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", sent.status().message()));
       return Outcome::kDrop;
     }

@@ -96,6 +96,10 @@ class SessionServer {
     std::deque<Outgoing> out;  // replies the peer has not taken yet
     size_t out_offset = 0;     // bytes of out.front() already written
     bool reading = true;       // epoll watches for input (else for output room)
+    // The peer has gone (closed, or died): nothing more reaches it, but the
+    // frames it sent before it went are served (a dying producer's posted
+    // seal and ticket hold take effect); its end of file ends the session.
+    bool peer_gone = false;
   };
   enum class Outcome { kKeep, kDrop };
   // The end of a parked Open, posted by whichever thread ended it.

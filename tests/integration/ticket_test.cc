@@ -173,6 +173,32 @@ TEST(Tickets, AKilledProducersTicketIsStillClaimed) {
   EXPECT_TRUE(Eventually([&] { return BuffersOnBooks(consumer) == 0; }));
 }
 
+// The producer posts its seal and its ticket's hold and is killed before the
+// daemon has read either (it is stopped meanwhile): the answer to the seal
+// then has nobody to go to, and the hold behind it must still take effect.
+TEST(Tickets, AProducerKilledBeforeTheDaemonReadItsFramesStillLeavesItsTicket) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  Helper producer(daemon.socket_dir());
+  ASSERT_TRUE(producer.ok());
+  producer.Ok("alloc k 65536");
+  producer.Ok("fill k 33");
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  producer.Ok("seal k posted");
+  const std::string ticket = Unhex(producer.Ok("ticket k"));
+  producer.Kill9();
+  ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
+  EXPECT_TRUE(Eventually(
+      [&] { return daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}") == 1; }));
+  EXPECT_EQ(Tickets(daemon, "held"), 1);
+  Buffer r = consumer.claim(ticket);
+  ASSERT_NE(r.data(), nullptr);
+  EXPECT_EQ(CheckHost(r, 33, 65536), -1);
+  r.release();
+  EXPECT_TRUE(Eventually([&] { return BuffersOnBooks(consumer) == 0; }));
+}
+
 // The daemon reads the claim before the producer's hold (and its posted
 // seal): both wait while it is stopped. The claim looks ahead and is served
 // after them, as an Open of a posted seal's name is.
