@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -394,13 +395,15 @@ class ClientImpl {
   DeviceArena& ArenaFor(const std::string& device);
   void OnBlocksReturned(const v1::BlocksReturned& returned);
   void DrainReturned();
-  v1::ClientCounters Counters() const;
+  /// The counters a call carries, in ClientCounters' field order.
+  using CounterValues = std::array<uint64_t, 14>;
+  CounterValues Counters() const;
   // This client's counters, on `call` when they changed since the last
   // frame that carried them (most calls change none: the daemon then skips
   // its books and its metrics for the frame); `always`: whether or not.
   void AttachCounters(v1::Call& call, bool always = false);
   std::mutex counters_mu_;
-  std::string sent_counters_;  // serialized, as last sent
+  CounterValues sent_counters_{};  // as last sent
 
   bool suballocate_ = false;
   mutable std::mutex arenas_mu_;
