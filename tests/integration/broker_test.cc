@@ -83,7 +83,7 @@ TEST(Broker, KeepOutlivesTheOwnerAndTtlEndsIt) {
     owner.Ok("alloc x 8192 name=left.behind keep");
     owner.Ok("fill x 3");
     owner.Ok("seal x");
-    owner.Ok("alloc t 8192 name=short.lived keep ttl=400");
+    owner.Ok("alloc t 8192 name=short.lived keep ttl=2000");  // room for a slow machine
     owner.Ok("alloc g 8192 name=gone.with.owner");
   }  // the owner exits
   Helper reader(daemon.socket_dir());
