@@ -204,18 +204,11 @@ void SessionServer::ServeReady(int fd, uint32_t events) {
   }
 }
 
-bool SessionServer::CouldBeServedLater(const Connection& asking, const v1::Call& call) {
-  if (call.has_claim()) return registry_.CouldBecomeClaimable(call.claim().secret());
-  const v1::OpenRequest& open = call.open();
-  if (open.wait()) return false;  // parked: the seal wakes it whenever it comes
-  auto key = FromProto(open.ref());
-  return key.ok() && registry_.CouldBecomeOpenable(asking.session, *key, open.allow_unsealed());
-}
-
-bool SessionServer::LookAhead(Connection& asking, const v1::Call& call) {
-  if (!CouldBeServedLater(asking, call)) return false;
+bool SessionServer::LookAheadForClaim(Connection& asking, const v1::Call& call) {
+  const std::string& secret = call.claim().secret();
+  if (!registry_.CouldBecomeClaimable(secret)) return false;
   if (DeferOrCatchUp(asking, call)) return true;
-  metrics_.OpenLookedAhead(!CouldBeServedLater(asking, call));
+  metrics_.OpenLookedAhead(!registry_.CouldBecomeClaimable(secret));
   return false;
 }
 
@@ -647,7 +640,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         status = calls_.Hold(c.view, call.hold(), r->mutable_hold());
         break;
       case v1::Call::kClaim:
-        if (!answering_deferred_ && LookAhead(c, call)) return Outcome::kKeep;  // answered later
+        if (!answering_deferred_ && LookAheadForClaim(c, call)) return Outcome::kKeep;  // later
         status = calls_.Claim(c.view, call.claim(), r->mutable_claim());
         break;
       case v1::Call::REQUEST_NOT_SET:

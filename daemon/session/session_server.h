@@ -119,22 +119,19 @@ class SessionServer {
   void OutOfDescriptors();
   /// Serves what epoll reported for one connection (and drops it if it must go).
   void ServeReady(int fd, uint32_t events);
-  /// Before an Open that does not wait is refused for a name that is not
-  /// there (or a buffer not sealed), serves the frames that other sessions
-  /// have already sent: a producer's posted seal, written before it told
-  /// the consumer the name, is then served first (docs/fast-path.md,
-  /// "Posted seals"). True when the Open is left for later (it came within
-  /// another Open's look-ahead, and is answered at its end). A Claim of a
-  /// ticket not held yet (or of a buffer not sealed yet) is served the same
-  /// way: the producer's hold was written before it handed the ticket out.
-  bool LookAhead(Connection& asking, const v1::Call& call);
-  /// The look-ahead itself, for a call known to need it: inside another's
-  /// look-ahead the call is left for its end (true); otherwise every other
-  /// ready connection is served once (false: ask again now).
+  /// Before a Claim of a ticket not held yet (or of a buffer not sealed
+  /// yet) is refused, serves the frames that other sessions have already
+  /// sent: the producer's hold, written before it handed the ticket out, is
+  /// then served first. True when the Claim is left for later (it came
+  /// within another look-ahead, and is answered at its end). An Open is
+  /// tried first and looks ahead only when refused (OnCall, DeferOrCatchUp).
+  bool LookAheadForClaim(Connection& asking, const v1::Call& call);
+  /// The look-ahead itself, for a call refused for a reason that a frame
+  /// already sent could end (a posted seal of an Open's name, docs/fast-path.md,
+  /// "Posted seals"): inside another's look-ahead the call is left for its
+  /// end (true); otherwise every other ready connection is served once
+  /// (false: ask again now).
   bool DeferOrCatchUp(Connection& asking, const v1::Call& call);
-  /// True for an Open or a Claim that would be refused now for a reason that
-  /// a frame already sent could end.
-  bool CouldBeServedLater(const Connection& asking, const v1::Call& call);
   /// Serves every connection readable now but `except_fd` once, then the
   /// Opens that were left for the end of it.
   void CatchUp(int except_fd);
