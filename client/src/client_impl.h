@@ -2,7 +2,6 @@
 
 #include <sys/types.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -395,8 +394,15 @@ class ClientImpl {
   DeviceArena& ArenaFor(const std::string& device);
   void OnBlocksReturned(const v1::BlocksReturned& returned);
   void DrainReturned();
-  /// The counters a call carries, in ClientCounters' field order.
-  using CounterValues = std::array<uint64_t, 14>;
+  /// The counters a call carries (ClientCounters' fields), compared as
+  /// numbers to tell whether they changed.
+  struct CounterValues {
+    uint64_t allocations = 0, in_use_blocks = 0, in_use_bytes = 0, range_bytes = 0, cache_hits = 0,
+             daemon_allocations = 0, grpc_allocations = 0, opens_arena = 0, opens_import = 0,
+             opens_grpc = 0, opens_cached = 0, mapping_cache_misses = 0,
+             mapping_cache_evictions = 0, mapping_cache_bytes = 0;
+    bool operator==(const CounterValues&) const = default;
+  };
   CounterValues Counters() const;
   // This client's counters, on `call` when they changed since the last
   // frame that carried them (most calls change none: the daemon then skips

@@ -163,20 +163,20 @@ void ClientImpl::AttachCounters(v1::Call& call, bool always) {
     sent_counters_ = now;
   }
   v1::ClientCounters* c = call.mutable_counters();
-  c->set_allocations(now[0]);
-  c->set_in_use_blocks(now[1]);
-  c->set_in_use_bytes(now[2]);
-  c->set_range_bytes(now[3]);
-  c->set_cache_hits(now[4]);
-  c->set_daemon_allocations(now[5]);
-  c->set_grpc_allocations(now[6]);
-  c->set_opens_arena(now[7]);
-  c->set_opens_import(now[8]);
-  c->set_opens_grpc(now[9]);
-  c->set_opens_cached(now[10]);
-  c->set_mapping_cache_misses(now[11]);
-  c->set_mapping_cache_evictions(now[12]);
-  c->set_mapping_cache_bytes(now[13]);
+  c->set_allocations(now.allocations);
+  c->set_in_use_blocks(now.in_use_blocks);
+  c->set_in_use_bytes(now.in_use_bytes);
+  c->set_range_bytes(now.range_bytes);
+  c->set_cache_hits(now.cache_hits);
+  c->set_daemon_allocations(now.daemon_allocations);
+  c->set_grpc_allocations(now.grpc_allocations);
+  c->set_opens_arena(now.opens_arena);
+  c->set_opens_import(now.opens_import);
+  c->set_opens_grpc(now.opens_grpc);
+  c->set_opens_cached(now.opens_cached);
+  c->set_mapping_cache_misses(now.mapping_cache_misses);
+  c->set_mapping_cache_evictions(now.mapping_cache_evictions);
+  c->set_mapping_cache_bytes(now.mapping_cache_bytes);
 }
 
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
@@ -441,20 +441,22 @@ ClientStats ClientImpl::Stats() const {
 
 ClientImpl::CounterValues ClientImpl::Counters() const {
   const ClientStats s = Stats();
-  return {s.client_made,
-          s.in_use_blocks,
-          s.in_use_bytes,
-          s.range_bytes,
-          s.cache_hits,
-          s.daemon_session,
-          s.daemon_grpc,
-          s.maps_mapped,
-          s.maps_imported,
-          s.opens_grpc,
-          s.maps_cached,
-          s.mapping_cache_misses,
-          s.mapping_cache_evictions,
-          s.mapping_cache_bytes};
+  CounterValues v;
+  v.allocations = s.client_made;
+  v.in_use_blocks = s.in_use_blocks;
+  v.in_use_bytes = s.in_use_bytes;
+  v.range_bytes = s.range_bytes;
+  v.cache_hits = s.cache_hits;
+  v.daemon_allocations = s.daemon_session;
+  v.grpc_allocations = s.daemon_grpc;
+  v.opens_arena = s.maps_mapped;
+  v.opens_import = s.maps_imported;
+  v.opens_grpc = s.opens_grpc;
+  v.opens_cached = s.maps_cached;
+  v.mapping_cache_misses = s.mapping_cache_misses;
+  v.mapping_cache_evictions = s.mapping_cache_evictions;
+  v.mapping_cache_bytes = s.mapping_cache_bytes;
+  return v;
 }
 
 }  // namespace gpubroker::detail
