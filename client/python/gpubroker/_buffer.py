@@ -111,21 +111,26 @@ class Buffer:
         self._pin: Optional[int] = None  # a view held for the Buffer's own interfaces
         self._generation = _fork.generation
         self._facts: Optional[_Facts] = None  # read on first use (the hot path needs none)
-        if posted_claim:  # where its memory is comes with the answer: nothing is asked yet
-            self._device_id: Optional[int] = None
-            self._claim: Union[None, bool, Error] = True
-        else:
-            self._device_id = lib.buffer_device_ordinal(handle)
-            self._claim = None
+        # Read with the facts, or alone where it is asked first: nothing is
+        # asked of the library here. A posted claim's answer says where its memory is.
+        self._device_id: Optional[int] = None
+        self._claim: Union[None, bool, Error] = True if posted_claim else None
 
     @property
     def device_id(self) -> int:
         """The CUDA ordinal of its device in this process (-1: host memory)."""
         d = self._device_id
-        if d is None:  # a posted claim: the answer says where its memory is
+        if d is None:
             with self._lock:
-                self._answer()
-                d = self._device_id
+                f = self._facts
+                if f is not None:  # read already (always, once released)
+                    d = f.ordinal
+                elif self._claim is not None:
+                    self._answer()
+                    d = self._device_id
+                else:
+                    d = self._lib.buffer_device_ordinal(self._h)
+                self._device_id = d
         return d
 
     def _answer(self) -> None:
@@ -158,6 +163,7 @@ class Buffer:
                 self._answer()
                 return self._facts
             f = self._facts = _Facts(self._lib, self._h)
+            self._device_id = f.ordinal
         return f
 
     def _f(self) -> "_Facts":
@@ -557,9 +563,9 @@ class Buffer:
         producer's writes on CuPy's current stream."""
         import cupy
 
+        layout = self._cupy_layout()  # the facts, read in the same call as the device
         if self.device_id < 0:
             raise TypeError("a host buffer: use as_numpy() (CuPy arrays live on a GPU)")
-        layout = self._cupy_layout()
         if layout is None:  # a dtype CuPy may not know by NumPy's name: its own DLPack import
             return cupy.from_dlpack(self)
         shape, dtype, strides, data, span = layout
