@@ -1,5 +1,6 @@
 #include "common/cuda/cuda_util.h"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -56,6 +57,7 @@ absl::StatusOr<const DriverApi*> DriverApi::Get() {
     load("cuStreamWriteValue64", &api.cuStreamWriteValue64);
     load("cuStreamWaitValue64", &api.cuStreamWaitValue64);
     load("cuGetErrorName", &api.cuGetErrorName);
+    load("cuCtxGetCurrent", &api.cuCtxGetCurrent);
     return s;
   }();
   if (!status.ok()) return status;
@@ -124,14 +126,44 @@ absl::StatusOr<int> OrdinalOf(std::string_view uuid) {
       StrCat("device ", uuid, " is not visible in this process (check CUDA_VISIBLE_DEVICES)"));
 }
 
+namespace {
+
+// Each device's primary context, once seen current after a cudaSetDevice:
+// a thread on which it is current needs nothing set (nor restored).
+constexpr int kKnownDevices = 64;
+std::atomic<CUcontext> primary_contexts[kKnownDevices];
+
+CUcontext CurrentContext() {
+  static const DriverApi* const api = [] {
+    const auto a = DriverApi::Get();
+    return a.ok() ? *a : nullptr;
+  }();
+  CUcontext current = nullptr;
+  if (api == nullptr || api->cuCtxGetCurrent(&current) != CUDA_SUCCESS) return nullptr;
+  return current;
+}
+
+}  // namespace
+
 ScopedDevice::ScopedDevice(int device) {
+  const bool known = device >= 0 && device < kKnownDevices;
+  if (known) {
+    const CUcontext primary = primary_contexts[device].load(std::memory_order_relaxed);
+    if (primary != nullptr && CurrentContext() == primary) return;  // previous_ -1: nothing to undo
+  }
   if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
   // Always set it, even when cudaGetDevice already says `device`: that answer
   // can come from a thread on which no context is current yet, and the driver
   // calls that follow (stream memory operations) need one (on the H200 a seal
   // failed with CUDA_ERROR_INVALID_CONTEXT when this was skipped).
   const cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) status_ = RuntimeError(err, "cudaSetDevice");
+  if (err != cudaSuccess) {
+    status_ = RuntimeError(err, "cudaSetDevice");
+  } else if (known) {
+    if (const CUcontext now = CurrentContext(); now != nullptr) {
+      primary_contexts[device].store(now, std::memory_order_relaxed);
+    }
+  }
 }
 
 ScopedDevice::~ScopedDevice() {

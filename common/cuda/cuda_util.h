@@ -46,6 +46,7 @@ struct DriverApi {
   PFN_cuStreamWriteValue64_v11070 cuStreamWriteValue64 = nullptr;
   PFN_cuStreamWaitValue64_v11070 cuStreamWaitValue64 = nullptr;
   PFN_cuGetErrorName_v6000 cuGetErrorName = nullptr;
+  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
 
   /// Loads the entry points once (thread-safe). FAILED_PRECONDITION when the
   /// driver is missing or lacks one of them.
@@ -67,7 +68,9 @@ absl::StatusOr<int> OrdinalOf(std::string_view uuid);
 
 /// Makes `device` (and its primary context) current for the calling thread,
 /// and restores the thread's previous device when it goes (so a library call leaves the caller's
-/// current device as it was).
+/// current device as it was). Where the device's primary context is current
+/// already (the common case: the caller works on that device), it costs one
+/// driver call that reads the thread's context, and changes nothing.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device);
