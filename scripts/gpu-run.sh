@@ -48,6 +48,12 @@ for path in arena pool; do
   echo "  benchmark ($path) took $((SECONDS - started)) s" | tee -a "$out/bench-cuda$suffix.txt"
   grep -E "no progress|failed|skipped|unusable" "$out/bench-cuda$suffix.err"
 done
+# How long importing and mapping 40 GiB takes, by alignment, pieces and
+# threads (a diagnostic: the cold 40 GiB share is two such maps).
+echo "== VMM import and map of 40 GiB (gpubroker-vmm-map-probe)"
+timeout 120 gpubroker-vmm-map-probe "${MAP_PROBE_GIB:-40}" 3 >"$out/vmm-map-probe.txt" 2>&1 ||
+  echo "  the probe failed: see $out/vmm-map-probe.txt"
+cat "$out/vmm-map-probe.txt"
 # Latency against size (docs/latency-vs-size.png), where matplotlib is installed.
 if python3 -c 'import matplotlib' 2>/dev/null && [ -s "$out/bench-cuda.json" ]; then
   python3 "$bundle/plot_latency.py" "$out/bench-cuda.json" "$out/latency-vs-size.png" &&
