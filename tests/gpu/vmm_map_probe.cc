@@ -188,8 +188,8 @@ int main(int argc, char** argv) {
           "cuMemExportToShareableHandle");
     std::printf("\n%zu GiB%s: cuMemCreate %.0f us; p50 of %d, us:\n", gib,
                 tail != 0 ? " + 2 MiB" : "", create_us, repetitions);
-    std::printf("  %-40s %8s %8s %10s %10s %10s\n", "way", "import", "reserve", "map+access",
-                "all", "unmap");
+    std::printf("  %-40s %8s %8s %10s %10s %10s\n", "way", "import", "reserve", "map+access", "all",
+                "unmap");
     for (const Way& way : ways) {
       std::vector<double> import, reserve, map, all, unmap;
       for (int r = 0; r <= repetitions; ++r) {
