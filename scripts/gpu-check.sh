@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU checks that fit in under ten minutes, from the bundle that
+# scripts/gpu-bundle.sh made: what a change needs seen on a GPU when there is
+# no time for the whole of gpu-run.sh (which takes over ten). In order, each
+# with its own time limit, so that a hang costs only its step:
+#   1. the GPU integration tests (gpubroker_gpu_tests);
+#   2. every Python suite (host and GPU);
+#   3. the 40 GiB VMM import and map (gpubroker-vmm-map-probe);
+#   4. the Python hand-over by issue #12's steps at 64 MiB and 1 GiB (--quick);
+#   5. the C++ hand-over at 64 MiB, seal + wait included (--quick);
+#   6. on a GPU of more than 120 GB (an H200), the 40 GiB rows, cold and recycled.
+# Logs and results go to $OUT (default ./gpu-results); the summary is printed.
+# Exits non-zero when a test failed or a step did not finish.
+set -uo pipefail
+bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+source "$bundle/env.sh"
+export GPUBROKER_LIBRARY="$bundle/lib/libgpubroker.so.0" GPUBROKER_BIN_DIR="$bundle/bin"
+export PYTHONPATH="$bundle/src/client/python" PYTHONDONTWRITEBYTECODE=1
+status=0
+started=$SECONDS
+step() { echo "== $1 ($((SECONDS - started)) s)"; }
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+} | tee "$out/machine.txt"
+
+step "GPU integration tests"
+timeout 150 gpubroker_gpu_tests >"$out/gpu-tests.log" 2>&1 || status=1
+grep -E "^\[ +(FAILED|SKIPPED) +\]|^\[  PASSED  \]|Failure" "$out/gpu-tests.log" | tail -12
+
+step "Python tests"
+(cd "$bundle/src/tests/python" && timeout 150 python3 -m pytest -q -rs .) \
+  >"$out/python-tests.log" 2>&1 || status=1
+grep -E "FAILED|ERROR|passed|failed" "$out/python-tests.log" | tail -12
+
+step "VMM import and map of 40 GiB"
+timeout 60 gpubroker-vmm-map-probe 40 3 >"$out/vmm-map-probe.txt" 2>&1 ||
+  echo "  the probe did not finish: see $out/vmm-map-probe.txt"
+cat "$out/vmm-map-probe.txt"
+
+step "Python hand-over (issue #12's steps, --quick)"
+timeout 150 python3 "$bundle/src/bench/python/handover.py" --quick --parts gpu \
+  --gpu-sizes 64,1024 --json-out "$out/bench-python.json" \
+  >"$out/bench-python.txt" 2>"$out/bench-python.err" || status=1
+grep -E "targets|issue #12.s steps|us: [0-9.]+x" "$out/bench-python.txt" | head -40
+
+step "C++ hand-over at 64 MiB, seal + wait (--quick)"
+timeout 90 gpubroker-bench --backend cuda --cases handover --sizes 64MiB --quick \
+  --json-out "$out/bench-64mib.json" >"$out/bench-64mib.txt" 2>"$out/bench-64mib.err" || status=1
+grep -E "hand-over|seal \+ wait|round trip" "$out/bench-64mib.txt" | head -20
+
+memory_mb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ "${memory_mb:-0}" -gt 120000 ]; then
+  left=$((570 - (SECONDS - started)))
+  step "C++ hand-over at 40 GiB, cold and recycled (--quick, $left s left)"
+  timeout "$left" gpubroker-bench --backend cuda --cases handover --sizes 40GiB --quick \
+    --json-out "$out/bench-40gib.json" >"$out/bench-40gib.txt" 2>"$out/bench-40gib.err" ||
+    status=1
+  grep -E "40GiB|40 GiB|goal" "$out/bench-40gib.txt" | head -20
+else
+  step "the 40 GiB rows need more than this GPU's ${memory_mb:-?} MB: skipped"
+fi
+step "done (status $status)"
+exit $status
