@@ -11,6 +11,7 @@
 
 #include "client/src/dlpack_abi.h"
 #include "gpubroker/gpubroker.h"
+#include "gpubroker/v1/session.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"
@@ -304,6 +305,78 @@ TEST(CAbi, ATicketIsClaimedOnceAndARefusedPostedClaimReturnsItsRefusal) {
   gpubroker_string_free(ticket);
   EXPECT_EQ(gpubroker_buffer_release(claimed), GPUBROKER_OK);
   EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+}
+
+// The socket directory is read from a ticket field by field, without
+// parsing the buffer's description: it must read what a parse reads (the
+// last of a repeated field, past fields it does not know) and refuse what a
+// parse refuses (no secret, cut short, a directory that is not UTF-8).
+TEST(CAbi, ATicketsSocketDirectoryIsReadAsAParseReadsIt) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  gpubroker_buffer_t* a = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 4096, "c.ticket.dir", nullptr, &a),
+            GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_buffer_seal(a), GPUBROKER_OK);
+  char* raw = nullptr;
+  size_t size = 0;
+  ASSERT_EQ(gpubroker_buffer_ticket(a, 0, &raw, &size), GPUBROKER_OK) << gpubroker_last_error();
+  const std::string ticket(raw, size);
+  gpubroker_string_free(raw);
+  v1::Ticket parsed;
+  ASSERT_TRUE(parsed.ParseFromString(ticket));
+  ASSERT_EQ(parsed.socket_dir(), daemon.socket_dir());
+
+  auto dir_of = [](const std::string& bytes, std::string* dir) {
+    char* out = nullptr;
+    const gpubroker_status_t s = gpubroker_ticket_socket_dir(bytes.data(), bytes.size(), &out);
+    if (s == GPUBROKER_OK) {
+      *dir = out;
+      gpubroker_string_free(out);
+    }
+    return s;
+  };
+  std::string dir;
+  ASSERT_EQ(dir_of(ticket, &dir), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(dir, daemon.socket_dir());
+
+  // Fields it does not know, of every wire type a ticket may carry:
+  // field 99 a varint, 100 eight bytes, 101 bytes, 102 four bytes.
+  const std::string unknown = std::string("\x98\x06\x01", 3) + "\xa1\x06" + std::string(8, '\x07') +
+                              "\xaa\x06\x03xyz" + "\xb5\x06" + std::string(4, '\x09');
+  ASSERT_TRUE(parsed.ParseFromString(ticket + unknown)) << "a parse reads past them";
+  ASSERT_EQ(dir_of(ticket + unknown, &dir), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(dir, daemon.socket_dir());
+
+  // A second directory: the last one counts, as in a parse.
+  const std::string again = ticket + "\x12\x06/other";
+  ASSERT_TRUE(parsed.ParseFromString(again));
+  ASSERT_EQ(dir_of(again, &dir), GPUBROKER_OK);
+  EXPECT_EQ(dir, parsed.socket_dir());
+  EXPECT_EQ(dir, "/other");
+
+  // A directory that is not ASCII but is UTF-8 is read; one that is not
+  // UTF-8 is refused, as a parse refuses it.
+  const std::string accented = ticket + "\x12\x0b/tmp/gb-\xc3\xa9\x31";
+  ASSERT_TRUE(parsed.ParseFromString(accented));
+  ASSERT_EQ(dir_of(accented, &dir), GPUBROKER_OK);
+  EXPECT_EQ(dir, "/tmp/gb-\xc3\xa9\x31");
+  const std::string not_utf8 = ticket + "\x12\x04/\xff\xfe/";
+  EXPECT_EQ(dir_of(not_utf8, &dir), GPUBROKER_INVALID_ARGUMENT);
+
+  v1::Ticket no_secret;
+  ASSERT_TRUE(no_secret.ParseFromString(ticket));
+  no_secret.clear_secret();
+  EXPECT_EQ(dir_of(no_secret.SerializeAsString(), &dir), GPUBROKER_INVALID_ARGUMENT);
+  for (size_t cut : {size_t{1}, size_t{5}, ticket.size() / 2}) {
+    EXPECT_EQ(dir_of(ticket.substr(0, ticket.size() - cut), &dir), GPUBROKER_INVALID_ARGUMENT)
+        << "cut " << cut << " bytes short";
+  }
+  EXPECT_EQ(dir_of(std::string(), &dir), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(dir_of(ticket + std::string(1, '\0'), &dir), GPUBROKER_INVALID_ARGUMENT)
+      << "a tag of 0 is no field";
+  gpubroker_buffer_release(a);
 }
 
 TEST(CAbi, FactsSayInOneCallWhatEveryGetterSays) {
