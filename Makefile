@@ -49,14 +49,18 @@ test-sanitize: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j$(JOBS)
 
-# libFuzzer on the session socket, FUZZ_SECONDS each, from the seed corpora:
-# the frame decoder, then the frames' calls served by the daemon's core.
-FUZZERS = frame_decoder_fuzzer:corpus session_calls_fuzzer:calls_corpus
+# libFuzzer on what gpubroker reads from other processes, FUZZ_SECONDS each,
+# from the seed corpora:
+# the frame decoder, the frames' calls served by the daemon's core, and a
+# ticket's fields as a receiving client reads them.
+FUZZERS = frame_decoder_fuzzer:corpus session_calls_fuzzer:calls_corpus \
+          ticket_fields_fuzzer:ticket_corpus
 fuzz: deps
 	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) \
 	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUBROKER_FUZZ=ON -DGPUBROKER_BUILD_BENCH=OFF \
 	    -DGPUBROKER_BUILD_TESTS=ON $(CMAKE_FLAGS)
-	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target frame_decoder_fuzzer session_calls_fuzzer
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target frame_decoder_fuzzer session_calls_fuzzer \
+	    ticket_fields_fuzzer
 	@set -e; for f in $(FUZZERS); do \
 	  name=$${f%%:*}; seeds=$${f##*:}; \
 	  rm -rf $(FUZZ_BUILD)/$$seeds && mkdir -p $(FUZZ_BUILD)/$$seeds && \

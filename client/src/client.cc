@@ -7,73 +7,29 @@
 #include <algorithm>
 #include <cctype>
 #include <exception>
-#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "client/src/client_impl.h"
+#include "client/src/ticket_fields.h"
 #include "common/paths.h"
 #include "common/strings.h"
 #include "common/token.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "common/wire/routing.h"
-#include "google/protobuf/io/coded_stream.h"
 
 namespace gpubroker {
 
 namespace detail {
 
 std::string TicketSocketDir(const void* ticket, size_t size) {
-  auto refuse = [] {
+  auto dir = TicketSocketDirOf(std::string_view(static_cast<const char*>(ticket), size));
+  if (!dir) {
     ThrowError(ErrorCode::kInvalidArgument, "not a gpubroker ticket (Buffer::ticket() makes them)");
-  };
-  // Read field by field, the buffer's description skipped rather than
-  // parsed: the claim that follows parses the whole ticket, and checks it.
-  // What is refused here is what a parse refuses at this level (a ticket has
-  // no groups); a directory that is not ASCII has its UTF-8 checked by a parse.
-  if (size > static_cast<size_t>(std::numeric_limits<int>::max())) refuse();
-  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(ticket),
-                                            static_cast<int>(size));
-  bool has_secret = false;
-  std::string dir;
-  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
-    const uint32_t field = tag >> 3;
-    uint32_t length = 0;
-    uint64_t varint = 0;
-    switch (tag & 7) {
-      case 0:  // varint
-        if (field == 0 || !in.ReadVarint64(&varint)) refuse();
-        break;
-      case 1:  // 64-bit
-        if (field == 0 || !in.Skip(8)) refuse();
-        break;
-      case 2:  // length-delimited
-        if (field == 0 || !in.ReadVarint32(&length) || length > size) refuse();
-        if (field == v1::Ticket::kSocketDirFieldNumber) {
-          if (!in.ReadString(&dir, static_cast<int>(length))) refuse();
-        } else {
-          if (!in.Skip(static_cast<int>(length))) refuse();
-          if (field == v1::Ticket::kSecretFieldNumber) has_secret = length > 0;  // the last counts
-        }
-        break;
-      case 5:  // 32-bit
-        if (field == 0 || !in.Skip(4)) refuse();
-        break;
-      default:
-        refuse();
-    }
   }
-  if (!in.ConsumedEntireMessage() || in.CurrentPosition() != static_cast<int>(size) ||
-      !has_secret) {
-    refuse();
-  }
-  if (std::any_of(dir.begin(), dir.end(), [](char c) { return (c & 0x80) != 0; })) {
-    v1::Ticket t;
-    if (!t.ParseFromArray(ticket, static_cast<int>(size))) refuse();
-  }
-  return dir;
+  return std::move(*dir);
 }
 bool ParseBufferId(std::string_view s, BufferId* id) {
   return !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) && ParseInt(s, id);
