@@ -177,7 +177,9 @@ absl::Status Daemon::StartMetrics() {
     exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics_address);
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(
-        StrCat("cannot serve metrics on ", options_.metrics_address, ": ", e.what()));
+        StrCat("cannot serve metrics on ", options_.metrics_address, ": ", e.what(),
+               " (is another process, a second gpubrokerd, listening there? --metrics-address "
+               "HOST:PORT picks another: port 0 any free one, an empty address none)"));
   }
   for (const auto& c : metrics_->collectables()) exposer_->RegisterCollectable(c);
   const auto ports = exposer_->GetListeningPorts();

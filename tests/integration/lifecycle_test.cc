@@ -1,7 +1,11 @@
 // The daemon's life: start line, options, one daemon per directory, stale
 // sockets, SIGTERM, health, metrics.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -125,6 +129,26 @@ TEST(Lifecycle, InvalidOptionsFailAtStartWithAClearMessage) {
                       dir.path()),
             1);
   EXPECT_NE(out.find("cannot serve metrics"), std::string::npos) << out;
+  {
+    // A port another process holds (a second daemon on the default address):
+    // the message says how to pick another.
+    const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(held, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(at);
+    ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+    ASSERT_EQ(::listen(held, 1), 0);
+    ASSERT_EQ(::getsockname(held, reinterpret_cast<sockaddr*>(&at), &len), 0);
+    const std::string address = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+    EXPECT_EQ(RunDaemon({"--socket-dir", dir.path() + "/s", "--metrics-address", address}, &out,
+                        dir.path()),
+              1);
+    EXPECT_NE(out.find("cannot serve metrics on " + address), std::string::npos) << out;
+    EXPECT_NE(out.find("--metrics-address HOST:PORT picks another"), std::string::npos) << out;
+    ::close(held);
+  }
   EXPECT_EQ(RunDaemon({"--help"}, &out, dir.path()), 0);
   EXPECT_NE(out.find("--socket-dir"), std::string::npos);
 }
