@@ -28,12 +28,18 @@ step() { echo "== $1 ($((SECONDS - started)) s)"; }
 
 step "GPU integration tests"
 timeout 150 gpubroker_gpu_tests >"$out/gpu-tests.log" 2>&1 || status=1
-grep -E "^\[ +(FAILED|SKIPPED) +\]|^\[  PASSED  \]|Failure" "$out/gpu-tests.log" | tail -12
+grep -E "^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ tests?,|Failure|Expected|Which is" \
+  "$out/gpu-tests.log" | head -30
+if ! grep -q "^\[  PASSED  \] [1-9]" "$out/gpu-tests.log"; then
+  echo "  no GPU integration test ran (all skipped: is the GPU usable?)"
+  status=1
+fi
 
 step "Python tests"
 (cd "$bundle/src/tests/python" && timeout 150 python3 -m pytest -q -rs .) \
   >"$out/python-tests.log" 2>&1 || status=1
-grep -E "FAILED|ERROR|passed|failed" "$out/python-tests.log" | tail -12
+grep -E "^(FAILED|ERROR)" "$out/python-tests.log" | head -20
+tail -1 "$out/python-tests.log"
 
 step "VMM import and map of 40 GiB"
 timeout 60 gpubroker-vmm-map-probe 40 3 >"$out/vmm-map-probe.txt" 2>&1 ||
@@ -44,12 +50,14 @@ step "Python hand-over (issue #12's steps, --quick)"
 timeout 150 python3 "$bundle/src/bench/python/handover.py" --quick --parts gpu \
   --gpu-sizes 64,1024 --json-out "$out/bench-python.json" \
   >"$out/bench-python.txt" 2>"$out/bench-python.err" || status=1
-grep -E "targets|issue #12.s steps|us: [0-9.]+x" "$out/bench-python.txt" | head -40
+grep -E "targets|issue #12.s steps|us: [0-9.]+x|skipped" "$out/bench-python.txt" | head -40
+tail -3 "$out/bench-python.err"
 
 step "C++ hand-over at 64 MiB, seal + wait (--quick)"
 timeout 90 gpubroker-bench --backend cuda --cases handover --sizes 64MiB --quick \
   --json-out "$out/bench-64mib.json" >"$out/bench-64mib.txt" 2>"$out/bench-64mib.err" || status=1
 grep -E "hand-over|seal \+ wait|round trip" "$out/bench-64mib.txt" | head -20
+tail -3 "$out/bench-64mib.err"
 
 memory_mb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "${memory_mb:-0}" -gt 120000 ]; then
@@ -59,6 +67,7 @@ if [ "${memory_mb:-0}" -gt 120000 ]; then
     --json-out "$out/bench-40gib.json" >"$out/bench-40gib.txt" 2>"$out/bench-40gib.err" ||
     status=1
   grep -E "40GiB|40 GiB|goal" "$out/bench-40gib.txt" | head -20
+  tail -3 "$out/bench-40gib.err"
 else
   step "the 40 GiB rows need more than this GPU's ${memory_mb:-?} MB: skipped"
 fi
