@@ -48,8 +48,9 @@ for path in arena pool; do
   echo "  benchmark ($path) took $((SECONDS - started)) s" | tee -a "$out/bench-cuda$suffix.txt"
   grep -E "no progress|failed|skipped|unusable" "$out/bench-cuda$suffix.err"
 done
-# How long importing and mapping 40 GiB takes, by alignment, pieces and
-# threads (a diagnostic: the cold 40 GiB share is two such maps).
+# How long importing and mapping 40 GiB takes, by alignment, and as several
+# allocations mapped from several threads (a diagnostic: the cold 40 GiB
+# share is two such maps).
 echo "== VMM import and map of 40 GiB (gpubroker-vmm-map-probe)"
 timeout 120 gpubroker-vmm-map-probe "${MAP_PROBE_GIB:-40}" 3 >"$out/vmm-map-probe.txt" 2>&1 ||
   echo "  the probe failed: see $out/vmm-map-probe.txt"
