@@ -82,8 +82,7 @@ double Median(std::vector<double> v) {
 struct Way {
   std::string name;
   size_t alignment;  // of the reserved address range; 0: the driver's choice
-  int pieces;        // cuMemMap + cuMemSetAccess calls
-  int threads;       // that make them
+  int threads;       // that map the allocations (one cuMemMap + cuMemSetAccess each)
 };
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -207,10 +206,10 @@ int main(int argc, char** argv) {
   std::printf("allocation granularity: minimum %zu KiB, recommended %zu KiB\n", minimum >> 10,
               recommended >> 10);
   const std::vector<Way> one = {
-      {"the driver's alignment", 0, 1, 1},
-      {"aligned to 2 MiB", 2 * kMiB, 1, 1},
-      {"aligned to 512 MiB", 512 * kMiB, 1, 1},
-      {"aligned to 1 GiB", kGiB, 1, 1},
+      {"the driver's alignment", 0, 1},
+      {"aligned to 2 MiB", 2 * kMiB, 1},
+      {"aligned to 512 MiB", 512 * kMiB, 1},
+      {"aligned to 1 GiB", kGiB, 1},
   };
   const size_t size = gib * kGiB;
   Run(prop, 1, size, repetitions, one, (std::to_string(gib) + " GiB, one allocation").c_str());
@@ -220,7 +219,7 @@ int main(int argc, char** argv) {
     const size_t piece = (size / count + minimum - 1) / minimum * minimum;
     std::vector<Way> ways;
     for (const int threads : {1, 4, 8}) {
-      ways.push_back({StrThreads(threads), 0, static_cast<int>(count), threads});
+      ways.push_back({StrThreads(threads), 0, threads});
     }
     Run(prop, count, piece, repetitions, ways,
         (std::to_string(gib) + " GiB as " + std::to_string(count) + " allocations").c_str());
