@@ -7,9 +7,12 @@
 #   2. every Python suite (host and GPU);
 #   3. the 40 GiB VMM import and map (gpubroker-vmm-map-probe);
 #   4. the Python hand-over by issue #12's steps at 64 MiB and 1 GiB (--quick);
-#   5. the C++ hand-over at 64 MiB, seal + wait included (--quick);
-#   6. on a GPU of more than 120 GB (an H200), the 40 GiB rows, cold and recycled.
-# Logs and results go to $OUT (default ./gpu-results); the summary is printed.
+#   5. the consumer's open and as_cupy() cut apart (consumer_steps.py);
+#   6. the C++ hand-over at 64 MiB, seal + wait included (--quick);
+#   7. on a GPU of more than 120 GB (an H200), the 40 GiB rows, cold and recycled.
+# Logs and results go to $OUT (default ./gpu-results), and all of them in one
+# archive there too (gpu-check.tar.gz, for a runner that fetches few files);
+# the summary is printed.
 # Exits non-zero when a test failed or a step did not finish.
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,6 +56,11 @@ timeout 150 python3 "$bundle/src/bench/python/handover.py" --quick --parts gpu \
 grep -E "targets|issue #12.s steps|us: [0-9.]+x|skipped" "$out/bench-python.txt" | head -40
 tail -3 "$out/bench-python.err"
 
+step "The consumer's steps, cut apart (consumer_steps.py)"
+timeout 60 python3 "$bundle/src/bench/python/consumer_steps.py" --iterations 100 \
+  --json-out "$out/consumer-steps.json" >"$out/consumer-steps.txt" 2>&1 || status=1
+cat "$out/consumer-steps.txt"
+
 step "C++ hand-over at 64 MiB, seal + wait (--quick)"
 timeout 90 gpubroker-bench --backend cuda --cases handover --sizes 64MiB --quick \
   --json-out "$out/bench-64mib.json" >"$out/bench-64mib.txt" 2>"$out/bench-64mib.err" || status=1
@@ -72,4 +80,5 @@ else
   step "the 40 GiB rows need more than this GPU's ${memory_mb:-?} MB: skipped"
 fi
 step "done (status $status)"
+tar -czf "$out/gpu-check.tar.gz" -C "$out" --exclude gpu-check.tar.gz . 2>/dev/null || true
 exit $status
