@@ -29,7 +29,7 @@ import json
 import shutil
 import time
 from ctypes import byref, c_void_p
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import gpubroker
 from gpubroker import _buffer
