@@ -31,6 +31,7 @@
 #include <random>
 
 #include "bench/baselines.h"
+#include "bench/batch_open.h"
 #include "bench/cuda_common.h"
 #include "bench/cuda_fence.h"
 #include "bench/cuda_peer.h"
@@ -779,6 +780,16 @@ int RunCuda(const Options& o) {
     const size_t section = results.size();
     RunFenceCases(o.fence_iterations, std::max(10, o.fence_iterations / 10), results, watchdog);
     std::fprintf(stderr, "gpubroker-bench: fence cases done\n");
+    PrintSection(results, section);
+  }
+
+  // Many buffers opened by one consumer: every open posted, then used,
+  // against one open after another (with the hand-over cases too: it is short).
+  if (!alone) {
+    const size_t section = results.size();
+    watchdog.Step("batch opens");
+    AddBatchOpenCases(dir, uint64_t{1} << 20, 16, o.warmup, o.iterations, results);
+    std::fprintf(stderr, "gpubroker-bench: batch open cases done\n");
     PrintSection(results, section);
   }
   Msg quit;

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "bench/baselines.h"
+#include "bench/batch_open.h"
 #include "bench/daemon_calls.h"
 #include "bench/daemon_process.h"
 #include "bench/options.h"
@@ -292,6 +293,11 @@ int RunHost(const Options& o) {
     }
     broker.baseline_us = libc.p50();
   }
+
+  // Many buffers opened by one consumer: every open posted, then used,
+  // against one open after another.
+  AddBatchOpenCases(dir, uint64_t{64} << 10, 16, o.warmup / 10 + 1, o.iterations / 10 + 1, results);
+  std::fprintf(stderr, "gpubroker-bench: batch open cases done\n");
 
   // Many clients at once: allocate + release pairs per second, against the
   // same clients on the daemon's per-buffer path.

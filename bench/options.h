@@ -19,8 +19,8 @@ struct Options {
   std::vector<int> processes = {1, 8, 16};  // the throughput cases
   int throughput_ms = 1000;
   int fence_iterations = 200;
-  // "all", or "handover": the hand-over cases only (a second pass on
-  // another --small-buffers path), or "shares" (CUDA): the broker's
+  // "all", or "handover": the hand-over cases and the batch opens only (a
+  // second pass on another --small-buffers path), or "shares" (CUDA): the broker's
   // hand-over at each size alone, with no heavier case between its
   // iterations (at 40 GiB the bare and cold cases map and unmap 40 GiB).
   std::string cases = "all";

@@ -7,6 +7,8 @@ One process, two sessions of one daemon (CUDA backend): A allocates a named
 then B takes it, timed, in one of these ways per iteration (in turn):
 
   package   b.open(name), then buf.as_cupy(): what the hand-over times;
+  posted    the same with b.open(name, posted=True): the open returns at
+            once and as_cupy() takes the daemon's answer in;
   pieces    the same work cut where as_cupy cuts it: the C ABI's open through
             bare ctypes, the Buffer object, its facts (one C call, unpacked),
             CuPy's current stream, gpubroker_buffer_view_on (the stream's
@@ -93,6 +95,8 @@ def measure(args: argparse.Namespace, cupy, socket_dir: str) -> Dict[str, List[D
     stream.use()
 
     package: Dict[str, List[float]] = {k: [] for k in ("open", "as_cupy", "both")}
+    posted: Dict[str, List[float]] = {k: [] for k in (
+        "open(posted=True)", "as_cupy (the answer taken in)", "both")}  # fmt: skip
     pieces: Dict[str, List[float]] = {k: [] for k in (
         "open through bare ctypes (gpubroker_open)", "the Buffer object",
         "facts (gpubroker_buffer_get_facts, unpacked)", "CuPy's current stream",
@@ -111,12 +115,12 @@ def measure(args: argparse.Namespace, cupy, socket_dir: str) -> Dict[str, List[D
 
     for i in range(args.warmup + args.iterations):
         keep = i >= args.warmup
-        for mode in ("package", "pieces", "floors"):
+        for mode in ("package", "posted", "pieces", "floors"):
             produced = produce()
             sleep_us(args.sleep_us)
-            if mode == "package":
+            if mode in ("package", "posted"):
                 t0 = clock()
-                buf = b.open(NAME)
+                buf = b.open(NAME, posted=mode == "posted")
                 t1 = clock()
                 arr = buf.as_cupy()
                 t2 = clock()
@@ -125,9 +129,9 @@ def measure(args: argparse.Namespace, cupy, socket_dir: str) -> Dict[str, List[D
                 del arr
                 buf.release()
                 if keep:
-                    package["open"].append((t1 - t0) / 1e3)
-                    package["as_cupy"].append((t2 - t1) / 1e3)
-                    package["both"].append((t2 - t0) / 1e3)
+                    into = package if mode == "package" else posted
+                    for k, us in zip(into, (t1 - t0, t2 - t1, t2 - t0)):
+                        into[k].append(us / 1e3)
             elif mode == "pieces":
                 out, view = c_void_p(), c_void_p()
                 t = [clock()]
@@ -183,6 +187,7 @@ def measure(args: argparse.Namespace, cupy, socket_dir: str) -> Dict[str, List[D
     return {
         "the package (what handover.py times as B: open, B: wrap)":
             [row(k, v) for k, v in package.items()],
+        "the package, the open posted": [row(k, v) for k, v in posted.items()],
         "the same work, cut apart": [row(k, v) for k, v in pieces.items()],
         "floors": [row(k, v) for k, v in floors.items()],
     }  # fmt: skip

@@ -173,6 +173,8 @@ CASES = {
     "broker-cupy": ("gpubroker {a} -> {cupy}", "cupy", "pipe"),
     "broker-torch": ("gpubroker torch -> torch", "torch", "pipe"),
     "broker-posted-cupy": ("gpubroker {a} -> {cupy}, posted seal (seal(posted=True))", "cupy", "pipe"),
+    "broker-postedopen-cupy": ("gpubroker {a} -> {cupy}, posted seal and posted open "
+                               "(open(posted=True))", "cupy", "pipe"),
     "broker-wait-cupy": ("gpubroker {a} -> {cupy}, B waits in open(wait=True)", "cupy", "wait"),
     "broker-ticket-cupy": ("gpubroker {a} -> {cupy}, the Buffer pickled into the message (ticket)",
                            "cupy", "pipe"),
@@ -192,6 +194,7 @@ ISSUE_WINDOW = {
     "broker-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-torch": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-posted-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
+    "broker-postedopen-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-wait-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
     "broker-ticket-cupy": ("A: allocate", "A: wrap", "A: seal", "A: pickle", "B: unpickle",
                            "B: wrap"),
@@ -247,8 +250,9 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
         i = msg[1]
         kind = CASES[case][1] if case in CASES else None
         fw = consumers.get(kind) if kind else None
-        if case in ("broker-cupy", "broker-torch", "broker-posted-cupy"):
-            buf = client.open(msg[2])
+        if case in ("broker-cupy", "broker-torch", "broker-posted-cupy", "broker-postedopen-cupy"):
+            # A posted open returns at once; the wrap takes its answer in.
+            buf = client.open(msg[2], posted=case == "broker-postedopen-cupy")
             t_open = now()
             a = fw.wrap(buf)  # the consumer's stream waits for A's fence here
             t_wrap = now()
@@ -391,7 +395,8 @@ class Run:
         name = f"bench.{os.getpid()}.{self._n}"
         self._n += 1
         m: List[Tuple[str, int]] = []
-        if case in ("broker-cupy", "broker-torch", "broker-wait-cupy", "broker-posted-cupy"):
+        if case in ("broker-cupy", "broker-torch", "broker-wait-cupy", "broker-posted-cupy",
+                    "broker-postedopen-cupy"):  # fmt: skip
             if case == "broker-wait-cupy":
                 self._park((case, i, name))
             t0 = now()
@@ -399,7 +404,7 @@ class Run:
             t1 = now()
             x = p.wrap(buf)  # what the producer would fill
             t2 = now()
-            buf.seal(p.stream, posted=case == "broker-posted-cupy")
+            buf.seal(p.stream, posted=case in ("broker-posted-cupy", "broker-postedopen-cupy"))
             t3 = now()
             if case != "broker-wait-cupy":
                 self._send((case, i, name))
@@ -546,6 +551,7 @@ _B_STEPS = {
 }  # fmt: skip
 _B_STEPS["broker-torch"] = _B_STEPS["broker-cupy"]
 _B_STEPS["broker-posted-cupy"] = _B_STEPS["broker-cupy"]
+_B_STEPS["broker-postedopen-cupy"] = _B_STEPS["broker-cupy"]
 _ANSWER = {"pipe": "answer: B's send until A has it",
            "wait": "answer: B's send until A has it",
            "queue": "answer: B's put until A's get returns"}  # fmt: skip

@@ -24,6 +24,7 @@ namespace {
 struct Held {
   gpubroker::Buffer buffer;
   std::vector<int64_t> strides;  // filled in when the producer gave none
+  bool layout_pending = false;   // a posted open's: strides follow its answer
   uint64_t fork_generation = gpubroker::detail::ForkGeneration();
 };
 
@@ -89,17 +90,31 @@ gpubroker::OpenOptions ToOptions(const gpubroker_open_options_t* o) {
   return options;
 }
 
-gpubroker_buffer_t* Wrap(gpubroker::Buffer buffer) {
+// `posted` came after the first version of the options.
+bool Posted(const gpubroker_open_options_t* o) {
+  return o != nullptr &&
+         o->struct_size >= offsetof(gpubroker_open_options_t, posted) + sizeof(o->posted) &&
+         o->posted != 0;
+}
+
+// A contiguous tensor's strides, which the C ABI hands out as a pointer.
+void FillStrides(Held& held) {
+  const auto& t = held.buffer.tensor();
+  if (!t || !t->strides.empty() || t->shape.empty()) return;
+  held.strides.resize(t->shape.size());
+  int64_t stride = 1;
+  for (size_t i = t->shape.size(); i-- > 0;) {
+    held.strides[i] = stride;
+    stride *= t->shape[i];
+  }
+}
+
+// `posted_open`: the handle learns its buffer's layout with the answer.
+gpubroker_buffer_t* Wrap(gpubroker::Buffer buffer, bool posted_open = false) {
   auto held = std::make_shared<Held>();
   held->buffer = std::move(buffer);
-  if (const auto& t = held->buffer.tensor(); t && t->strides.empty() && !t->shape.empty()) {
-    held->strides.resize(t->shape.size());
-    int64_t stride = 1;
-    for (size_t i = t->shape.size(); i-- > 0;) {
-      held->strides[i] = stride;
-      stride *= t->shape[i];
-    }
-  }
+  held->layout_pending = posted_open;
+  if (!posted_open) FillStrides(*held);
   return new gpubroker_buffer{std::move(held)};
 }
 
@@ -208,7 +223,14 @@ gpubroker_status_t CheckDlpackFlags(uint32_t flags) {
 // publish it, a round trip that the seal's publication makes anyway).
 // A posted claim's answer, taken before anything hands out its memory.
 gpubroker_status_t SettleClaim(const gpubroker_buffer_t& b) {
-  return Guard([&] { b.held->buffer.settle_claim(); });
+  return Guard([&] {
+    Held& held = *b.held;
+    held.buffer.settle_claim();
+    if (held.layout_pending) {
+      held.layout_pending = false;
+      FillStrides(held);
+    }
+  });
 }
 
 gpubroker_status_t WaitIfSealed(gpubroker_buffer_t& b, void* stream) {
@@ -371,16 +393,25 @@ gpubroker_status_t gpubroker_open(gpubroker_client_t* client, const char* name_o
   return Guard([&] {
     const auto options = ToOptions(o);
     gpubroker::BufferId id = 0;
-    *out = gpubroker::detail::ParseBufferId(name_or_id, &id)
-               ? Wrap(client->client.open(id, options))
-               : Wrap(client->client.open(std::string_view(name_or_id), options));
+    const bool by_id = gpubroker::detail::ParseBufferId(name_or_id, &id);
+    if (Posted(o)) {
+      *out = Wrap(by_id ? client->client.open_posted(id, options)
+                        : client->client.open_posted(std::string_view(name_or_id), options),
+                  true);
+      return;
+    }
+    *out = by_id ? Wrap(client->client.open(id, options))
+                 : Wrap(client->client.open(std::string_view(name_or_id), options));
   });
 }
 
 gpubroker_status_t gpubroker_open_id(gpubroker_client_t* client, uint64_t id,
                                      const gpubroker_open_options_t* o, gpubroker_buffer_t** out) {
   GPUBROKER_CHECK_ARG(client != nullptr && out != nullptr);
-  return Guard([&] { *out = Wrap(client->client.open(id, ToOptions(o))); });
+  return Guard([&] {
+    *out = Posted(o) ? Wrap(client->client.open_posted(id, ToOptions(o)), true)
+                     : Wrap(client->client.open(id, ToOptions(o)));
+  });
 }
 
 gpubroker_status_t gpubroker_free(gpubroker_client_t* client, const char* name_or_id) {
@@ -536,6 +567,8 @@ void gpubroker_view_release(gpubroker_view_t* v) { delete v; }
 gpubroker_status_t gpubroker_buffer_to_dlpack(gpubroker_buffer_t* b, uint32_t flags, void** out) {
   GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
   if (const auto s = CheckDlpackFlags(flags); s != GPUBROKER_OK) return s;
+  // A posted claim's or open's answer first: a refused one exports nothing.
+  if (const auto s = SettleClaim(*b); s != GPUBROKER_OK) return s;
   return Guard([&] {
     CheckNotForked(*b->held);
     dl::Tensor* tensor = nullptr;
@@ -554,6 +587,7 @@ gpubroker_status_t gpubroker_buffer_tensor(const gpubroker_buffer_t* b, int32_t*
                                            uint32_t* ndim, const int64_t** shape,
                                            const int64_t** strides, uint64_t* byte_offset) {
   GPUBROKER_CHECK_ARG(b != nullptr);
+  if (const auto s = SettleClaim(*b); s != GPUBROKER_OK) return s;
   const auto& t = b->buffer().tensor();
   if (!t) return Fail(GPUBROKER_NOT_FOUND, "the buffer has no tensor descriptor");
   if (dtype) *dtype = static_cast<int32_t>(t->dtype);

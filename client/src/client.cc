@@ -115,9 +115,11 @@ void Buffer::Settle() const {
     const uint64_t request = std::exchange(posted_, 0);
     v1::Reply reply = impl_->CollectCall(request);
     if (claim_) {
-      // The lease is this handle's from here on: a failed map still releases it.
-      info_ = detail::FromProto(reply.claim().buffer());
-      mapping_ = impl_->Map(reply.claim().import(), info_.id);
+      // A posted claim's or open's lease is this handle's from here on: a
+      // failed map still releases it.
+      const v1::OpenResponse& granted = reply.has_claim() ? reply.claim() : reply.open();
+      info_ = detail::FromProto(granted.buffer());
+      mapping_ = impl_->Map(granted.import(), info_.id);
       claim_ = false;  // left set when refused: the handle never gets memory
     } else if (reply.has_publish()) {
       AdoptPublished(info_, detail::FromProto(reply.publish().buffer()));
@@ -144,7 +146,7 @@ void Buffer::SettleClaim() const {
   ThrowRefused();  // its refusal, once
   if (claim_) {
     ThrowError(ErrorCode::kFailedPrecondition,
-               "this handle's posted claim was refused: it holds no buffer");
+               "this handle's posted claim or open was refused: it holds no buffer");
   }
 }
 
@@ -647,8 +649,44 @@ Buffer Client::claim(std::string_view ticket) { return Claim(ticket, false); }
 
 Buffer Client::claim_posted(std::string_view ticket) { return Claim(ticket, true); }
 
+Buffer Client::OpenPosted(BufferId id, std::string_view name, const OpenOptions& options) {
+  impl_->CheckProcess();
+  if (options.wait) {
+    // A parked Open could hold the session's posted answers back for its
+    // whole wait, and with them every seal and ticket posted after it.
+    ThrowError(ErrorCode::kInvalidArgument,
+               "a posted open does not wait: use open(wait) (it is parked in the daemon)");
+  }
+  if (options.stream != nullptr || !options.map) {
+    ThrowError(ErrorCode::kInvalidArgument,
+               "a posted open maps its buffer and orders no stream: call wait_ready(stream) "
+               "on the handle, or use open()");
+  }
+  impl_->FinishReleases(false);
+  v1::Call call;
+  *call.mutable_open() = detail::ToOpenRequest(id, name, options);
+  const uint64_t request = impl_->PostCall(call);
+  if (request == 0) return Open(id, name, options);  // too large a frame: asked and waited for
+  BufferInfo preview;
+  preview.name = std::string(name);  // no id, size or layout before the answer
+  Buffer buffer(impl_, std::move(preview), nullptr, false);
+  buffer.posted_ = request;
+  buffer.claim_ = true;
+  if (detail::ClientImpl::DebugOn()) detail::ClientImpl::Debug("open: posted");
+  return buffer;
+}
+
 Buffer Client::open(std::string_view name, const OpenOptions& options) {
   return Open(0, name, options);
+}
+
+Buffer Client::open_posted(std::string_view name, const OpenOptions& options) {
+  return OpenPosted(0, name, options);
+}
+
+Buffer Client::open_posted(BufferId id, const OpenOptions& options) {
+  if (id == 0) ThrowError(ErrorCode::kInvalidArgument, "buffer id 0 is not an id");
+  return OpenPosted(id, {}, options);
 }
 
 Buffer Client::open(BufferId id, const OpenOptions& options) {

@@ -307,6 +307,69 @@ TEST(CAbi, ATicketIsClaimedOnceAndARefusedPostedClaimReturnsItsRefusal) {
   EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
 }
 
+// A posted open through the C ABI: the handle learns the buffer's layout
+// (contiguous strides filled in) with the answer; a refusal comes from the
+// first call that needs it; a caller built before `posted` existed opens
+// as it always did.
+TEST(CAbi, APostedOpenLearnsItsLayoutWithItsAnswerAndReturnsItsRefusal) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  CClient reader(daemon.socket_dir());
+  gpubroker_buffer_t* a = client.Allocate(4096, "c.open.posted", GPUBROKER_DTYPE_INT16, {3, 5});
+  ASSERT_NE(a, nullptr);
+  static_cast<char*>(gpubroker_buffer_data(a))[9] = 42;
+  ASSERT_EQ(gpubroker_buffer_seal_posted(a, nullptr), GPUBROKER_OK);
+
+  gpubroker_open_options_t o;
+  gpubroker_open_options_init(&o);
+  o.posted = 1;
+  gpubroker_buffer_t* opened = nullptr;
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.open.posted", &o, &opened), GPUBROKER_OK)
+      << gpubroker_last_error();
+  gpubroker_buffer_facts_t f;
+  f.struct_size = sizeof(f);
+  ASSERT_EQ(gpubroker_buffer_get_facts(opened, &f), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(f.size, 4096u);
+  EXPECT_EQ(f.flags, unsigned{GPUBROKER_BUFFER_SEALED | GPUBROKER_BUFFER_TENSOR});
+  ASSERT_EQ(f.ndim, 2u);
+  ASSERT_NE(f.strides, nullptr);
+  EXPECT_EQ(f.strides[0], 5) << "C-contiguous strides filled in after the answer";
+  EXPECT_EQ(f.strides[1], 1);
+  EXPECT_EQ(static_cast<char*>(f.data)[9], 42);
+  EXPECT_EQ(gpubroker_buffer_id(opened), gpubroker_buffer_id(a));
+  EXPECT_EQ(gpubroker_buffer_release(opened), GPUBROKER_OK);
+
+  // By id, exported through DLPack before anything else is asked.
+  ASSERT_EQ(gpubroker_open_id(reader.get(), gpubroker_buffer_id(a), &o, &opened), GPUBROKER_OK);
+  void* managed = nullptr;
+  ASSERT_EQ(gpubroker_buffer_to_dlpack(opened, 0, &managed), GPUBROKER_OK)
+      << gpubroker_last_error();
+  auto* m = static_cast<dl::ManagedTensor*>(managed);
+  ASSERT_EQ(m->dl_tensor.ndim, 2);
+  EXPECT_EQ(m->dl_tensor.strides[0], 5);
+  EXPECT_EQ(static_cast<char*>(m->dl_tensor.data)[9], 42);
+  m->deleter(m);
+  EXPECT_EQ(gpubroker_buffer_release(opened), GPUBROKER_OK);
+
+  // Refused: nothing handed out, the refusal from the calls that need the answer.
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.open.absent", &o, &opened), GPUBROKER_OK);
+  gpubroker_view_t* view = nullptr;
+  EXPECT_EQ(gpubroker_buffer_view(opened, &view), GPUBROKER_NOT_FOUND);
+  EXPECT_EQ(gpubroker_buffer_to_dlpack(opened, 0, &managed), GPUBROKER_FAILED_PRECONDITION);
+  EXPECT_EQ(gpubroker_buffer_get_facts(opened, &f), GPUBROKER_FAILED_PRECONDITION);
+  EXPECT_EQ(gpubroker_buffer_data(opened), nullptr);
+  EXPECT_EQ(gpubroker_buffer_release(opened), GPUBROKER_OK);
+
+  o.wait = 1;
+  EXPECT_EQ(gpubroker_open(reader.get(), "c.open.posted", &o, &opened), GPUBROKER_INVALID_ARGUMENT);
+  // Options of the first version (no `posted`): an open that waits for its answer.
+  o.wait = 0;
+  o.struct_size = offsetof(gpubroker_open_options_t, posted);
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.open.absent", &o, &opened), GPUBROKER_NOT_FOUND);
+  EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+}
+
 // The socket directory is read from a ticket field by field, without
 // parsing the buffer's description: it must read what a parse reads (the
 // last of a repeated field, past fields it does not know) and refuse what a

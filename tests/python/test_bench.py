@@ -27,8 +27,8 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     assert all(t["package_p50_us"] > 0 and t["c_abi_p50_us"] > 0 for t in ops.values())
 
     cases = report["handover"]["host"]["sizes"]["1 MiB"]
-    expected = {"broker-cupy", "broker-posted-cupy", "broker-wait-cupy", "broker-ticket-cupy",
-                "pipe-ping", "copy"}
+    expected = {"broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
+                "broker-ticket-cupy", "pipe-ping", "copy"}
     if importlib.util.find_spec("torch") is not None:
         expected |= {"broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch", "tmp-queue-torch",
                      "queue-ping"}  # fmt: skip
@@ -41,7 +41,8 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
         assert all(s["p50_us"] >= 0 or s["case"].startswith("wake-up") for s in c["steps"]), c
     # B releases (or drops) after its answer, outside the timed window, in
     # the broker's cases as in torch.multiprocessing's.
-    for name in ("broker-cupy", "broker-posted-cupy", "broker-wait-cupy", "broker-ticket-cupy"):
+    for name in ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
+                 "broker-ticket-cupy"):
         steps = [s["case"] for s in cases[name]["steps"]]
         after = [s["case"] for s in cases[name]["after"]]
         assert not any("release" in s for s in steps), steps
@@ -58,8 +59,8 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     assert cases["pipe-ping"]["total"]["p50_us"] < cases["broker-cupy"]["total"]["p50_us"]
     # Issue #12's definition of the hand-over, on both sides: a part of the
     # full window, made of the steps it names and nothing else.
-    for name in ("broker-cupy", "broker-posted-cupy", "broker-wait-cupy", "broker-ticket-cupy",
-                 "copy") + (
+    for name in ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
+                 "broker-ticket-cupy", "copy") + (
             ("broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch") if "tmp-pipe-cupy" in cases else ()):
         c = cases[name]
         assert 0 < c["issue_window"]["p50_us"] < c["total"]["p50_us"], (name, c)
@@ -70,6 +71,7 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     if "tmp-pipe-cupy" in cases:
         assert "issue: broker-cupy vs tmp-pipe-cupy" in ratios
         assert "issue: broker-posted-cupy vs tmp-pipe-cupy" in ratios
+        assert "issue: broker-postedopen-cupy vs tmp-pipe-cupy" in ratios
         assert "broker-ticket-cupy vs tmp-pipe-cupy" in ratios
         assert "issue: broker-ticket-cupy vs tmp-pipe-cupy" in ratios
     assert "hand-over of host memory" in run.stdout.lower()

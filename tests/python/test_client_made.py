@@ -91,6 +91,56 @@ def test_a_posted_seal_is_found_by_an_open_that_comes_after_it(client):
     other.close()
 
 
+def leases(client, name):
+    return {b.name: b for b in client.list()}[name].leases
+
+
+def test_posted_opens_take_their_answers_at_first_use(client):
+    other = gpubroker.connect(client.status().socket_dir)
+    made = []
+    for i in range(40):  # beyond the 32 answers a client leaves unread
+        buf = client.allocate(shape=(8, 4), dtype="float16", name=f"posted.open.{i}")
+        buf.as_numpy()[:] = i
+        buf.seal(posted=True)
+        made.append(buf)
+    opened = [other.open(f"posted.open.{i}", posted=True) for i in range(40)]
+    assert leases(client, "posted.open.39") == 2  # every open was granted
+    for i in reversed(range(40)):
+        seen = opened[i]
+        assert seen.shape == (8, 4) and seen.dtype == "float16"  # from the answer
+        assert seen.is_sealed and float(seen.as_numpy()[7, 3]) == i
+    assert opened[5].id == made[5].id
+    for seen in opened:
+        seen.release()
+    assert leases(client, "posted.open.0") == 1
+    by_id = other.open(made[3].id, posted=True)
+    assert by_id.name == "posted.open.3"
+    by_id.release()
+    for buf in made:
+        buf.release()
+    other.close()
+
+
+def test_a_posted_open_raises_its_refusal_at_first_use(client):
+    absent = client.open("posted.open.absent", posted=True)  # no error yet
+    with pytest.raises(gpubroker.NotFound):
+        absent.nbytes
+    with pytest.raises(gpubroker.NotFound):
+        absent.as_numpy()  # the same refusal, again
+    assert "refused" in repr(absent)
+    absent.release()  # holds nothing: nothing to give back
+    with pytest.raises(gpubroker.InvalidArgument):
+        client.open("posted.open.absent", posted=True, wait=True)
+    dropped = client.open("posted.open.absent", posted=True)
+    del dropped  # never used: its refusal goes with it, the session goes on
+    buf = client.allocate(16, name="posted.open.later")
+    buf.seal()
+    late = client.open("posted.open.later", posted=True)
+    assert late.nbytes == 16
+    late.release()
+    buf.release()
+
+
 def test_a_posted_seal_that_the_daemon_refuses_is_raised_at_the_next_call(client):
     first = client.allocate(64, name="posted.taken")
     first.seal()

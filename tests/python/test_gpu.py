@@ -114,7 +114,9 @@ def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_da
         say("ready")
         control = cupy.from_dlpack(NoWait(c.open("gpu.fence.0", wait=True, timeout=120)))
         early = float(control.sum())
-        waited = c.open("gpu.fence.1", wait=True).as_cupy()
+        # Sealed before gpu.fence.0 was: a posted open finds it, and its
+        # answer is taken in by as_cupy(), whose stream wait comes after.
+        waited = c.open("gpu.fence.1", posted=True).as_cupy()
         late = float(waited.sum())
         say(early, late)
     """, gpu_daemon.dir)
@@ -154,8 +156,8 @@ def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_da
             torch.cuda._sleep(10_000_000_000)   # >= 5 s of GPU time at <= 2 GHz
             for t in ts:
                 t.fill_(2.0)
-        for b in bufs:
-            b.seal(side)                        # returns at once: nothing synchronized
+        for k in (1, 0, 2, 3):                  # gpu.fence.1 before the cupy control's
+            bufs[k].seal(side)                  # returns at once: nothing synchronized
         say("sealed")
         hear()
         torch.cuda.synchronize()

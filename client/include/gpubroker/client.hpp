@@ -63,15 +63,27 @@ class GPUBROKER_API Buffer {
   /// backend, device pointer on the CUDA backends).
   void* data() const noexcept;
   /// @brief Bytes asked for at allocation.
-  uint64_t size() const noexcept { return info_.size; }
+  uint64_t size() const noexcept {
+    Learn();
+    return info_.size;
+  }
   /// @brief The buffer's id. A buffer this client made and has not yet
   /// published is published first (one round trip, the first time), so that
   /// another process may open it by this id. 0 when that fails.
   BufferId id() const noexcept;
-  const std::string& name() const noexcept { return info_.name; }
+  const std::string& name() const noexcept {
+    Learn();
+    return info_.name;
+  }
   /// @brief UUID of the device the buffer lives on.
-  const std::string& device() const noexcept { return info_.device_uuid; }
-  const std::optional<TensorDesc>& tensor() const noexcept { return info_.tensor; }
+  const std::string& device() const noexcept {
+    Learn();
+    return info_.device_uuid;
+  }
+  const std::optional<TensorDesc>& tensor() const noexcept {
+    Learn();
+    return info_.tensor;
+  }
   /// @brief The daemon's description, as of the last call on this handle
   /// (publishes a client-made buffer first, as id() does).
   const BufferInfo& info() const noexcept;
@@ -211,6 +223,11 @@ class GPUBROKER_API Buffer {
   void SettleClaim() const;
   /// Settle(), keeping a refusal for the next call that can throw it.
   void SettleQuietly() const noexcept;
+  /// A posted open knows nothing of its buffer before its answer (a posted
+  /// claim knows what its ticket says): the answer, taken quietly.
+  void Learn() const noexcept {
+    if (claim_ && info_.size == 0) SettleQuietly();
+  }
   /// Throws the refusal that SettleQuietly kept, once.
   void ThrowRefused() const;
 
@@ -219,7 +236,7 @@ class GPUBROKER_API Buffer {
   mutable std::unique_ptr<detail::Mapping> mapping_;  // a posted claim's comes with its answer
   bool owner_ = false;
   mutable uint64_t posted_ = 0;          // request id of a posted seal's (or claim's) unread answer
-  mutable bool claim_ = false;           // posted_ is a claim's
+  mutable bool claim_ = false;           // posted_ is a claim's or an open's
   mutable std::vector<uint64_t> holds_;  // request ids of tickets' holds not yet answered
   mutable std::exception_ptr refused_;   // a posted call's refusal, not thrown yet
 };
@@ -271,6 +288,22 @@ class GPUBROKER_API Client {
   /// data() is nullptr and the other calls throw if it was refused. The
   /// round trip overlaps whatever the caller does in between.
   Buffer claim_posted(std::string_view ticket);
+  /// @brief open() without waiting for the daemon's answer, as
+  /// claim_posted() is to claim(): the handle knows only the name it was
+  /// asked for, and takes the answer in at its first call that needs the
+  /// memory or the daemon's word (data(), size(), tensor(), info(), id(),
+  /// wait_ready(), settle(), release()), which throws the refusal
+  /// (NotFoundError, FailedPreconditionError); data() is nullptr then. The
+  /// round trip overlaps whatever the caller does in between, and opens
+  /// posted one after another share one: a consumer that needs several
+  /// buffers posts all of them, then uses them. Like an Open on
+  /// session.sock, it finds a buffer whose seal this process saw posted
+  /// before (docs/fast-path.md, "Posted seals").
+  /// @throws InvalidArgumentError for `wait` (a posted open is not parked:
+  ///         use open()), a `stream` or `map = false`.
+  Buffer open_posted(std::string_view name, const OpenOptions& options = {});
+  /// @brief open_posted() by id.
+  Buffer open_posted(BufferId id, const OpenOptions& options = {});
   /// @brief Opens by name, or by id when `name_or_id` is all digits.
   Buffer open(std::string_view name_or_id, bool wait,
               std::chrono::milliseconds timeout = std::chrono::seconds(30));
@@ -305,6 +338,7 @@ class GPUBROKER_API Client {
  private:
   explicit Client(std::shared_ptr<detail::ClientImpl> impl);
   Buffer Open(BufferId id, std::string_view name, const OpenOptions& options);
+  Buffer OpenPosted(BufferId id, std::string_view name, const OpenOptions& options);
   Buffer Claim(std::string_view ticket, bool posted);
   BufferInfo Free(BufferId id, std::string_view name);
 

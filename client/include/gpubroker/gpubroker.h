@@ -126,6 +126,13 @@ typedef struct gpubroker_open_options {
   int wait;           /**< nonzero: wait until the buffer exists and is sealed */
   int64_t timeout_ms; /**< bound of the wait (default 30000) */
   int allow_unsealed; /**< nonzero: open a buffer still being written */
+  /** nonzero: return at once, without waiting for the daemon's answer,
+   *  with a handle that takes the answer in at its first call that needs
+   *  it (facts, view, DLPack, wait_ready, ready_stream, settle, release),
+   *  which returns the refusal instead (GPUBROKER_NOT_FOUND, ...). Opens
+   *  posted one after another share one round trip. Not with `wait`
+   *  (GPUBROKER_INVALID_ARGUMENT). See Client::open_posted. */
+  int posted;
 } gpubroker_open_options_t;
 
 /** @brief Options of gpubroker_connect_with. Initialize with gpubroker_connect_options_init. */

@@ -97,14 +97,14 @@ class Buffer:
     the same memory, claimed on its client of the same daemon.
     """
 
-    # _claim: None, or for a posted claim (Client.claim(posted=True), an
+    # _claim: None, or for a posted claim or open (Client.claim(posted=True), an
     # unpickled Buffer) True until the daemon's answer is taken in (its first
     # use), then None, or the refusal, raised again at every later use.
     # _client: the Client that an unpickled Buffer keeps alive (unset otherwise).
     __slots__ = ("_lib", "_h", "_lock", "_pin", "_generation", "_device_id", "_facts", "_claim",
                  "_client", "__weakref__")  # fmt: skip
 
-    def __init__(self, lib: Any, handle: int, posted_claim: bool = False):
+    def __init__(self, lib: Any, handle: int, posted: bool = False):
         self._lib = lib
         self._h: Optional[int] = handle
         self._lock = RLock()  # properties read facts under it too
@@ -114,7 +114,7 @@ class Buffer:
         # Read with the facts, or alone where it is asked first: nothing is
         # asked of the library here. A posted claim's answer says where its memory is.
         self._device_id: Optional[int] = None
-        self._claim: Union[None, bool, Error] = True if posted_claim else None
+        self._claim: Union[None, bool, Error] = True if posted else None
 
     @property
     def device_id(self) -> int:
@@ -143,8 +143,8 @@ class Buffer:
         if c is not True:
             raise _again(c)
         if self._generation != _fork.generation:
-            raise ForkError("this Buffer was claimed by the parent of this process (made by "
-                            "fork()): claim or open it anew here")  # fmt: skip
+            raise ForkError("this Buffer was claimed or opened by the parent of this process "
+                            "(made by fork()): claim or open it anew here")  # fmt: skip
         h = self._h
         try:
             # The facts call waits for the answer (the GIL released), and maps the memory.
@@ -241,14 +241,14 @@ class Buffer:
         return self._h is None
 
     def __repr__(self) -> str:
-        if self._claim is not None:  # a posted claim: its answer (a repr never raises)
+        if self._claim is not None:  # a posted claim or open: its answer (a repr never raises)
             try:
                 with self._lock:
                     self._answer()
             except Error as e:
-                if self._claim is True:  # not taken in: the parent's claim, after fork()
-                    return "<gpubroker.Buffer claimed by the parent of this process>"
-                return f"<gpubroker.Buffer claimed, holding nothing: {e}>"
+                if self._claim is True:  # not taken in: the parent's, after fork()
+                    return "<gpubroker.Buffer claimed or opened by the parent of this process>"
+                return f"<gpubroker.Buffer refused, holding nothing: {e}>"
         desc = f"{self.dtype}{list(self.shape)}" if self.shape is not None else "bytes"
         state = "released" if self._h is None else ("sealed" if self.is_sealed else "allocated")
         # No publication for a repr: an unpublished buffer shows no id.
@@ -370,7 +370,7 @@ class Buffer:
             if h is None:
                 return
             if self._claim is not None and self._generation != _fork.generation:
-                # The parent's posted claim: dropped here without its answer.
+                # The parent's posted claim or open: dropped here without its answer.
                 self._h = None
                 self._lib.buffer_release(h)
                 return
@@ -404,7 +404,7 @@ class Buffer:
 
     def _usable(self) -> int:
         """The handle, for a call made with the lock held (a posted claim's
-        answer taken in first)."""
+        or open's answer taken in first)."""
         if self._h is None:
             if self._claim is not None:
                 raise _again(self._claim)

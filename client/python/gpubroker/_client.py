@@ -187,12 +187,13 @@ def _tensor_options(lib: Any, shape: Any, dtype: Any, strides: Any, byte_offset:
     return found
 
 
-_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool], Any] = {}
+_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool, bool], Any] = {}
 
 
-def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unsealed: bool) -> Any:
+def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unsealed: bool,
+                  posted: bool = False) -> Any:  # fmt: skip
     """The open options for these values, made once: the C call only reads them."""
-    key = (wait, timeout_ms, allow_unsealed)
+    key = (wait, timeout_ms, allow_unsealed, posted)
     o = _OPEN_OPTIONS.get(key)
     if o is None:
         o = _lib.OpenOptions.from_buffer_copy(lib.open_defaults)
@@ -200,6 +201,7 @@ def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unseale
         if timeout_ms is not None:
             o.timeout_ms = timeout_ms
         o.allow_unsealed = 1 if allow_unsealed else 0
+        o.posted = 1 if posted else 0
         if len(_OPEN_OPTIONS) >= _CACHE_MAX:
             _OPEN_OPTIONS.clear()
         _OPEN_OPTIONS[key] = o
@@ -370,6 +372,7 @@ class Client:
         wait: bool = False,
         timeout: Union[None, float, timedelta] = None,
         allow_unsealed: bool = False,
+        posted: bool = False,
     ) -> Buffer:
         """Opens a buffer by name (``tenant/name`` for another tenant's share)
         or id, with a lease of its own.
@@ -377,12 +380,20 @@ class Client:
         `wait`: wait until it exists and is sealed, for `timeout` seconds
         (default 30). Raises NotFound, FailedPrecondition (not sealed and no
         wait), Timeout.
+
+        `posted`: return at once, without waiting for the daemon's answer,
+        as ``claim(posted=True)`` does; the Buffer takes the answer in at its
+        first use (an attribute, an array, DLPack, ``wait_ready()``,
+        ``release()``), which raises the refusal instead. The round trip
+        overlaps what the caller does in between, and opens posted one after
+        another share one: post every open first, then use the Buffers. Not
+        with `wait` (InvalidArgument).
         """
         lib = self._lib
         o = None  # NULL: the defaults (no wait)
-        if wait or timeout is not None or allow_unsealed:
+        if wait or timeout is not None or allow_unsealed or posted:
             o = _open_options(lib, bool(wait), None if timeout is None else _ms(timeout, "timeout"),
-                              bool(allow_unsealed))  # fmt: skip
+                              bool(allow_unsealed), bool(posted))  # fmt: skip
         out = c_void_p()
         h = self._enter()
         try:
@@ -394,7 +405,7 @@ class Client:
             self._leave()
         if rc:
             raise lib.error(rc)
-        return Buffer(lib, out.value)
+        return Buffer(lib, out.value, bool(posted))
 
     def claim(self, ticket: bytes, *, posted: bool = False) -> Buffer:
         """Claims a ticket (``Buffer.ticket()``, made in any process): a

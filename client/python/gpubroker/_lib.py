@@ -66,6 +66,7 @@ class OpenOptions(Structure):
         ("wait", c_int),
         ("timeout_ms", c_int64),
         ("allow_unsealed", c_int),
+        ("posted", c_int),
     ]
 
 
