@@ -659,4 +659,14 @@ gpubroker_status_t gpubroker_buffer_view_on(gpubroker_buffer_t* b, void* stream,
   return gpubroker_buffer_view(b, out);
 }
 
+gpubroker_status_t gpubroker_buffer_view_on_facts(gpubroker_buffer_t* b, void* stream,
+                                                  gpubroker_buffer_facts_t* facts,
+                                                  gpubroker_view_t** out) {
+  GPUBROKER_CHECK_ARG(b != nullptr && out != nullptr);
+  if (facts != nullptr) {
+    if (const auto s = gpubroker_buffer_get_facts(b, facts); s != GPUBROKER_OK) return s;
+  }
+  return gpubroker_buffer_view_on(b, stream, out);
+}
+
 }  // extern "C"

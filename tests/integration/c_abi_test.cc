@@ -352,9 +352,31 @@ TEST(CAbi, APostedOpenLearnsItsLayoutWithItsAnswerAndReturnsItsRefusal) {
   m->deleter(m);
   EXPECT_EQ(gpubroker_buffer_release(opened), GPUBROKER_OK);
 
+  // The facts and a view on a stream in one call, the answer taken in by it.
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.open.posted", &o, &opened), GPUBROKER_OK);
+  gpubroker_buffer_facts_t both;
+  both.struct_size = sizeof(both);
+  gpubroker_view_t* view = nullptr;
+  ASSERT_EQ(gpubroker_buffer_view_on_facts(opened, nullptr, &both, &view), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(both.size, 4096u);
+  ASSERT_EQ(both.ndim, 2u);
+  EXPECT_EQ(both.strides[0], 5);
+  EXPECT_EQ(gpubroker_view_data(view), both.data);
+  EXPECT_EQ(static_cast<char*>(gpubroker_view_data(view))[9], 42);
+  EXPECT_EQ(gpubroker_buffer_release(opened), GPUBROKER_OK);
+  EXPECT_EQ(static_cast<char*>(gpubroker_view_data(view))[9], 42) << "the view holds it";
+  gpubroker_view_release(view);
+  view = nullptr;
+
   // Refused: nothing handed out, the refusal from the calls that need the answer.
   ASSERT_EQ(gpubroker_open(reader.get(), "c.open.absent", &o, &opened), GPUBROKER_OK);
-  gpubroker_view_t* view = nullptr;
+  both.size = 0;
+  EXPECT_EQ(gpubroker_buffer_view_on_facts(opened, nullptr, &both, &view), GPUBROKER_NOT_FOUND);
+  EXPECT_EQ(view, nullptr);
+  EXPECT_EQ(both.size, 0u) << "no facts of a refused open";
+  EXPECT_EQ(gpubroker_buffer_release(opened), GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.open.absent", &o, &opened), GPUBROKER_OK);
   EXPECT_EQ(gpubroker_buffer_view(opened, &view), GPUBROKER_NOT_FOUND);
   EXPECT_EQ(gpubroker_buffer_to_dlpack(opened, 0, &managed), GPUBROKER_FAILED_PRECONDITION);
   EXPECT_EQ(gpubroker_buffer_get_facts(opened, &f), GPUBROKER_FAILED_PRECONDITION);

@@ -453,6 +453,17 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_to_dlpack_on(gpubroker_buffe
  */
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_view_on(gpubroker_buffer_t* buffer,
                                                             void* stream, gpubroker_view_t** out);
+/**
+ * @brief gpubroker_buffer_get_facts, then gpubroker_buffer_view_on, in one
+ * call: what a binding needs to build a framework's array over a buffer it
+ * has asked nothing yet (the layout, the address, the device) and use it on
+ * `stream`. `facts` may be NULL (then it is gpubroker_buffer_view_on). On
+ * failure no view is made; `facts` is filled when only the view failed.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_view_on_facts(gpubroker_buffer_t* buffer,
+                                                                  void* stream,
+                                                                  gpubroker_buffer_facts_t* facts,
+                                                                  gpubroker_view_t** out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -52,11 +52,14 @@ class _Facts:
     __slots__ = ("id", "nbytes", "name", "device", "is_owner", "base", "dt", "dtype", "shape",
                  "strides", "byte_offset", "array", "ordinal")  # fmt: skip
 
-    def __init__(self, lib: Any, handle: int, get: Optional[Callable[..., int]] = None):
-        f = _lib.BufferFacts(_lib.FACTS_SIZE)
-        rc = (get or lib.buffer_get_facts)(handle, f)
-        if rc:
-            raise lib.error(rc)
+    def __init__(self, lib: Any, handle: int, get: Optional[Callable[..., int]] = None,
+                 filled: Any = None):  # fmt: skip
+        if filled is None:
+            filled = _lib.BufferFacts(_lib.FACTS_SIZE)
+            rc = (get or lib.buffer_get_facts)(handle, filled)
+            if rc:
+                raise lib.error(rc)
+        f = filled
         (_, flags, self.id, self.nbytes, base, _, _, self.ordinal, dtype, ndim, _, self.byte_offset,
          _, _) = _lib.FACTS_LAYOUT.unpack_from(f)  # fmt: skip
         # A buffer this client made has no id until it is published: None,
@@ -154,6 +157,11 @@ class Buffer:
             self._lib.buffer_release(h)  # a refused claim holds no lease
             raise
         self._facts, self._device_id, self._claim = f, f.ordinal, None
+
+    def _keep_facts(self, f: "_Facts") -> None:
+        """Facts read by another call (with the lock held)."""
+        self._facts, self._device_id = f, f.ordinal
+        self._claim = None  # a posted claim's or open's answer came with them
 
     def _read_facts(self) -> "_Facts":
         """The handle's facts, read once (with the lock held, or before release)."""
@@ -563,6 +571,30 @@ class Buffer:
         producer's writes on CuPy's current stream."""
         import cupy
 
+        lib = self._lib
+        out = c_void_p()
+        if self._facts is None and lib.buffer_view_on_facts is not None:
+            # Nothing asked of this Buffer yet (a fresh open's; a posted one's
+            # answer not taken in): its facts (with the answer), CuPy's
+            # stream's wait for the sealed writes and the view, in one C call.
+            stream = cupy.cuda.get_current_stream().ptr
+            with self._lock:
+                h = self._h
+                if self._facts is None and h is not None and self._generation == _fork.generation:
+                    filled = _lib.BufferFacts(_lib.FACTS_SIZE)
+                    rc = lib.buffer_view_on_facts(h, stream, filled, byref(out))
+                    if rc and not filled.size and self._claim is not None:
+                        # The posted claim's or open's refusal: as _answer() keeps it.
+                        e = lib.error(rc)
+                        self._claim, self._h = e, None
+                        lib.buffer_release(h)
+                        raise e
+                    if filled.size:  # read, also where only the view failed
+                        self._keep_facts(_Facts(lib, h, filled=filled))
+                    if rc:
+                        raise lib.error(rc)
+        # A view made above is released with `hold`, whatever happens next.
+        hold = _Hold(lib, out.value, None) if out.value else None
         layout = self._cupy_layout()  # the facts, read in the same call as the device
         if self.device_id < 0:
             raise TypeError("a host buffer: use as_numpy() (CuPy arrays live on a GPU)")
@@ -572,13 +604,13 @@ class Buffer:
         # What cupy.from_dlpack(self) makes, built directly: memory that holds
         # a view (the lease and the mapping) until the array is gone, after
         # CuPy's current stream has waited for the sealed writes (one C call).
-        lib = self._lib
-        out = c_void_p()
-        with self._lock:
-            rc = lib.buffer_view_on(self._usable(), cupy.cuda.get_current_stream().ptr, byref(out))
-        if rc:
-            raise lib.error(rc)
-        hold = _Hold(lib, out.value, None)
+        if hold is None:
+            with self._lock:
+                rc = lib.buffer_view_on(self._usable(), cupy.cuda.get_current_stream().ptr,
+                                        byref(out))  # fmt: skip
+            if rc:
+                raise lib.error(rc)
+            hold = _Hold(lib, out.value, None)
         mem = cupy.cuda.UnownedMemory(data, span, hold, self.device_id)
         return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(mem, 0), strides)
 

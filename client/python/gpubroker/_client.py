@@ -252,6 +252,10 @@ class Client:
         self._mu = threading.Lock()
         self._calls = 0  # in flight: close() waits for them before disconnecting
         self._closing = False
+        # The device ordinal in this process of the buffers allocate() makes
+        # for each `device` asked (None: the daemon's first), read once: the
+        # producer's as_torch() and DLPack exports need it, and it never changes.
+        self._ordinals: Dict[Optional[str], int] = {}
         self.session_id: int = self._lib.client_session_id(self._h)
         self.tenant: str = self._lib.client_tenant(self._h).decode()
         self.socket_dir = socket_dir
@@ -363,7 +367,14 @@ class Client:
             self._leave()
         if rc:
             raise lib.error(rc)
-        return Buffer(lib, out.value)
+        buf = Buffer(lib, out.value)
+        where = None if device is None else str(device)
+        ordinal = self._ordinals.get(where)
+        if ordinal is None:
+            self._ordinals[where] = buf.device_id  # asked of the library once
+        else:
+            buf._device_id = ordinal
+        return buf
 
     def open(
         self,

@@ -191,6 +191,11 @@ class Library:
         proto(c, "gpubroker_client_stats_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_buffer_to_dlpack_on", c_int, c_void_p, c_uint32, c_void_p, pp)
         proto(c, "gpubroker_buffer_view_on", c_int, c_void_p, c_void_p, pp)
+        # The facts and the view in one call came later: None without it.
+        self.buffer_view_on_facts = None
+        if hasattr(c, "gpubroker_buffer_view_on_facts"):
+            proto(c, "gpubroker_buffer_view_on_facts", c_int, c_void_p, c_void_p,
+                  POINTER(BufferFacts), pp)  # fmt: skip
         # Tickets came later: a library without them serves everything else.
         self.has_tickets = hasattr(c, "gpubroker_claim")
         if self.has_tickets:
