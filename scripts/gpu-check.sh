@@ -27,6 +27,18 @@ step() { echo "== $1 ($((SECONDS - started)) s)"; }
 {
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  # What makes an idle CPU slow to wake, which the hand-overs' figures
+  # follow from machine to machine: the CPU, its idle states and governor.
+  lscpu | sed -n 's/^Model name: *//p' | head -1
+  echo "cpufreq governor: $(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null ||
+    echo none)"
+  echo "cpuidle driver: $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null ||
+    echo none)"
+  for state in /sys/devices/system/cpu/cpu0/cpuidle/state*; do
+    [ -d "$state" ] || continue
+    echo "  idle state $(cat "$state/name"): exit latency $(cat "$state/latency") us," \
+      "disabled $(cat "$state/disable")"
+  done
 } | tee "$out/machine.txt"
 
 step "GPU integration tests"
