@@ -11,9 +11,18 @@
 // 2 MiB fence page after it (the daemon's VMM allocations are that size).
 // cuMemMap maps a handle from its start only (its offset must be 0), so
 // memory mapped in pieces is memory made as that many allocations.
+//
+// Last, two processes import and map the same allocation, one after the
+// other and at the same moment: whether the driver maps for two processes
+// at once, which is what a cold share would need to map the producer's and
+// the consumer's side in parallel. Each importer is this program again
+// (--importer), started before the timing: CUDA cannot be used in a child
+// forked from a process that has it up.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,9 +193,138 @@ void Run(const CUmemAllocationProp& prop, size_t count, size_t piece, int repeti
   }
 }
 
+// The importer: up with CUDA, says so on `ready`, waits for a byte on `go`,
+// imports `fd`, reserves, maps and grants access, writes its µs to `ready`,
+// then waits for a byte on `go` again before it unmaps and exits.
+int Importer(int fd, size_t size, int ready, int go) {
+  if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) return 2;
+  char c = 1;
+  if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1) return 3;
+  const auto t0 = Clock::now();
+  CUmemGenericAllocationHandle h = 0;
+  Check(api->import_fd(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle");
+  CUdeviceptr base = 0;
+  Check(api->reserve(&base, size, 0, 0, 0), "cuMemAddressReserve");
+  Check(api->map(base, size, 0, h, 0), "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  Check(api->set_access(base, size, &access, 1), "cuMemSetAccess");
+  const double us = Us(t0, Clock::now());
+  if (write(ready, &us, sizeof(us)) != sizeof(us) || read(go, &c, 1) != 1) return 3;
+  Check(api->unmap(base, size), "cuMemUnmap");
+  Check(api->address_free(base, size), "cuMemAddressFree");
+  Check(api->release(h), "cuMemRelease");
+  return 0;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int ready = -1;  // read: its "up" byte, then its µs
+  int go = -1;     // write
+};
+
+Child StartImporter(const char* self, int fd, size_t size) {
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0) std::exit(1);
+  Child c;
+  c.pid = fork();
+  if (c.pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    const std::string args[] = {std::to_string(fd), std::to_string(size), std::to_string(up[1]),
+                                std::to_string(down[0])};
+    execl(self, self, "--importer", args[0].c_str(), args[1].c_str(), args[2].c_str(),
+          args[3].c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(up[1]);
+  close(down[0]);
+  c.ready = up[0];
+  c.go = down[1];
+  char byte = 0;
+  if (read(c.ready, &byte, 1) != 1) {
+    std::fprintf(stderr, "an importer did not come up\n");
+    std::exit(1);
+  }
+  return c;
+}
+
+double TakeUs(const Child& c) {
+  double us = 0;
+  if (read(c.ready, &us, sizeof(us)) != sizeof(us)) {
+    std::fprintf(stderr, "an importer failed\n");
+    std::exit(1);
+  }
+  return us;
+}
+
+void Finish(Child& c) {
+  const char byte = 0;
+  if (write(c.go, &byte, 1) != 1) std::exit(1);
+  int status = 0;
+  waitpid(c.pid, &status, 0);
+  close(c.ready);
+  close(c.go);
+}
+
+// Two importers of one allocation of `size`: one after the other, then both at once.
+void TwoProcesses(const char* self, const CUmemAllocationProp& prop, size_t size, int repetitions) {
+  CUmemGenericAllocationHandle made = 0;
+  Check(api->create(&made, size, &prop, 0), "cuMemCreate");
+  int fd = -1;
+  Check(api->export_fd(&fd, made, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemExportToShareableHandle");
+  fcntl(fd, F_SETFD, 0);  // inherited by the importers
+  std::printf("\n%zu GiB, one allocation, two processes import and map it; p50 of %d, us:\n",
+              size / kGiB, repetitions);
+  std::printf("  %-44s %10s %10s %10s\n", "way", "first", "second", "wall");
+  for (const bool together : {false, true}) {
+    std::vector<double> first, second, wall;
+    for (int r = 0; r <= repetitions; ++r) {
+      Child a = StartImporter(self, fd, size);
+      Child b = StartImporter(self, fd, size);
+      const char byte = 1;
+      const auto t0 = Clock::now();
+      double ua = 0, ub = 0;
+      if (together) {
+        if (write(a.go, &byte, 1) != 1 || write(b.go, &byte, 1) != 1) std::exit(1);
+        ua = TakeUs(a);
+        ub = TakeUs(b);
+      } else {
+        if (write(a.go, &byte, 1) != 1) std::exit(1);
+        ua = TakeUs(a);
+        if (write(b.go, &byte, 1) != 1) std::exit(1);
+        ub = TakeUs(b);
+      }
+      const double w = Us(t0, Clock::now());
+      Finish(a);
+      Finish(b);
+      if (r == 0) continue;
+      first.push_back(ua);
+      second.push_back(ub);
+      wall.push_back(w);
+    }
+    std::printf("  %-44s %10.0f %10.0f %10.0f\n", together ? "both at once" : "one after the other",
+                Median(first), Median(second), Median(wall));
+    std::fflush(stdout);
+  }
+  close(fd);
+  Check(api->release(made), "cuMemRelease");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[1]) == "--importer") {
+    static const Api loaded;
+    api = &loaded;
+    return Importer(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4]),
+                    std::atoi(argv[5]));
+  }
   const size_t gib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 40;
   const int repetitions = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
   if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) {
@@ -224,5 +362,6 @@ int main(int argc, char** argv) {
     Run(prop, count, piece, repetitions, ways,
         (std::to_string(gib) + " GiB as " + std::to_string(count) + " allocations").c_str());
   }
+  TwoProcesses("/proc/self/exe", prop, size, repetitions);
   return 0;
 }
