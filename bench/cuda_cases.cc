@@ -409,6 +409,39 @@ int RunCuda(const Options& o) {
                                 &add("    of which B's stream wait call after it (wait_ready)"),
                                 &add("    of which B's stream synchronize after its wait")};
   // B waits in Open for a name; A seals it after 2 ms, so that B is parked.
+  // A share whose consumer asked first, as a consumer that knows the name
+  // does: B waits in Open(wait, allow_unsealed) before A allocates, so the
+  // daemon answers it at A's Allocate and B imports and maps while A does;
+  // B's stream then waits on the fence for A's seal (docs/architecture.md,
+  // "Ready fences"), B writes and synchronizes.
+  uint64_t early_serial = 0;
+  auto early_share = [&](uint64_t size, const HandOverRows& r, bool keep) {
+    AllocateOptions ao;
+    ao.name = StrCat("bench.early.", ::getpid(), ".", early_serial++);
+    Msg m;
+    m.op = kOpenWait;
+    m.variant = kOpenEarly;
+    std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
+    Send(peer.fd(), m);
+    Receive(peer.fd());                                         // B is about to wait
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // and waits in the daemon
+    const uint64_t t0 = NowNs();
+    Buffer b = client.allocate(size, ao);
+    const uint64_t allocated = NowNs();
+    b.seal(stream);
+    const uint64_t sealed = NowNs();
+    const Msg reply = Receive(peer.fd());
+    if (keep) {
+      row(r.total).us.push_back(static_cast<double>(reply.a - t0) / 1e3);
+      row(r.allocate).us.push_back(static_cast<double>(allocated - t0) / 1e3);
+      row(r.seal).us.push_back(static_cast<double>(sealed - allocated) / 1e3);
+      row(r.open).us.push_back(static_cast<double>(reply.c - t0) / 1e3);
+      row(r.write).us.push_back(static_cast<double>(reply.a - reply.c) / 1e3);
+    }
+    ReleasePeer(peer.fd());
+    b.release();
+  };
+
   auto seal_and_wait = [&](int i, const SealWaitRows& rows, bool keep, bool posted) {
     AllocateOptions ao;
     ao.name = StrCat("bench.seal.", posted ? "posted." : "", i);
@@ -552,6 +585,7 @@ int RunCuda(const Options& o) {
     // left out here as in the bare case.
     HandOverRows cold;
     HandOverRows cold_b;
+    HandOverRows cold_early;
     if (size >= kVmmThreshold && !alone) {
       cold.total = &results.emplace_back(Plotted(
           StrCat("hand-over ", s, ", cold: neither side has it mapped"), "gpubroker cold", size));
@@ -566,6 +600,15 @@ int RunCuda(const Options& o) {
       cold_b.allocate = &add(StrCat("  of which A's Allocate (", s, ", cold for B)"));
       cold_b.seal = &add(StrCat("  of which A's seal (", s, ", cold for B)"));
       cold_b.write = &add(StrCat("  of which B's write+sync (", s, ", cold for B)"));
+      cold_early.total =
+          &add(StrCat("hand-over ", s, ", cold, B asked first (Open wait + allow_unsealed)"));
+      cold_early.open =
+          &add(StrCat("  of which until B's answer was in and mapped (", s, ", B first)"));
+      cold_early.allocate =
+          &add(StrCat("  of which A's Allocate and its own map (", s, ", B first)"));
+      cold_early.seal = &add(StrCat("  of which A's seal (", s, ", B first)"));
+      cold_early.write = &add(
+          StrCat("  of which B's fence wait, write and sync after its map (", s, ", B first)"));
     }
     Samples& vmm_map = add(StrCat("    of which B's import+map (bare, ", s, ")"));
     Samples& vmm_create = add(StrCat("    and before it, cuMemCreate in A (", s, ", untimed)"));
@@ -589,6 +632,10 @@ int RunCuda(const Options& o) {
         watchdog.Step(StrCat(s, " iteration ", i, ": broker share, cold for B"));
         (void)Ask(peer.fd(), evict);
         broker_share(size, cold_b, keep);
+        watchdog.Step(StrCat(s, " iteration ", i, ": cold broker share, B asked first"));
+        client.evict_mappings();
+        (void)Ask(peer.fd(), evict);
+        early_share(size, cold_early, keep);
       }
       if (alone) continue;
       watchdog.Step(StrCat(s, " iteration ", i, ": floor"));

@@ -137,10 +137,14 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         Send(fd, ready);  // about to wait
         OpenOptions oo;
         oo.wait = true;
+        oo.allow_unsealed = m.variant == kOpenEarly;
         state.buffer.emplace(client.open(std::string_view(m.data), oo));
-        reply.c = NowNs();  // answered and mapped
-        state.buffer->wait_ready(stream);
+        reply.c = NowNs();                 // answered and mapped
+        state.buffer->wait_ready(stream);  // unsealed: waits for the seal's fence all the same
         reply.b = NowNs();
+        if (m.variant == kOpenEarly) {
+          Throw(cudaMemsetAsync(state.buffer->data(), 1, 4, stream), "cudaMemsetAsync");
+        }
         Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         reply.a = NowNs();
         break;

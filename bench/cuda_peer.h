@@ -12,7 +12,7 @@ enum PeerOp : uint32_t {
   kBrokerOpen = 2,  // a: buffer id; answer: a = Open+map ns, b = write+sync ns
   kBarePool = 3,    // data: cudaMemPoolPtrExportData
   kBareVmm = 4,     // fd, a: size
-  kOpenWait = 5,    // data: name
+  kOpenWait = 5,    // data: name; variant kOpenEarly: allow_unsealed too, and B writes
   kRelease = 6,
   kQuit = 7,
   kPing = 8,             // answered at once: the bare round trip between A and B
@@ -22,5 +22,10 @@ enum PeerOp : uint32_t {
   kBrokerOpenName = 12,  // data: name; answered as kBrokerOpen (an Open that does not wait)
   kBrokerClaim = 13,     // data: a ticket of b bytes; claimed posted, answered as kBrokerOpen
 };
+
+// kOpenWait's variant: B's Open also takes the buffer unsealed (it is answered
+// at A's Allocate and maps while A does), then its stream waits for A's seal,
+// and B writes 4 bytes before it synchronizes.
+constexpr uint32_t kOpenEarly = 1;
 
 }  // namespace gpubroker::bench
