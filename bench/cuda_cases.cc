@@ -562,7 +562,8 @@ int RunCuda(const Options& o) {
     HandOverRows share;
     Samples* floor;
     Samples* vmm;
-    Samples* cold = nullptr;  // the share with nothing mapped, at VMM sizes
+    Samples* cold = nullptr;        // the share with nothing mapped, at VMM sizes
+    Samples* cold_early = nullptr;  // the same with the consumer asking first
   };
   std::vector<SizeRows> by_size;
   for (uint64_t size : o.sizes) {
@@ -661,6 +662,7 @@ int RunCuda(const Options& o) {
                    static_cast<unsigned long long>(p.maps_imported - paths_before.maps_imported));
     }
     r.cold = cold.total;
+    r.cold_early = cold_early.total;
     by_size.push_back(r);
     std::fprintf(stderr, "gpubroker-bench: %s cases done\n", s.c_str());
     PrintSection(results, section);
@@ -960,6 +962,8 @@ int RunCuda(const Options& o) {
       if (r.cold != nullptr) {
         r.cold->baseline = "goal: cold, 3 ms";
         r.cold->baseline_us = 3000;
+        r.cold_early->baseline = "goal: cold, 3 ms";
+        r.cold_early->baseline_us = 3000;
       }
     }
   }
