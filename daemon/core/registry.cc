@@ -104,12 +104,22 @@ void Registry::GrantLease(Session& s, Buffer& b) {
   b.view.leases++;
 }
 
-void Registry::MarkFreed(Buffer& b) {
+void Registry::MarkFreed(Buffer& b, Answers& answers) {
   if (b.freed) return;
   b.freed = true;
   b.sealed_when_freed = b.view.state == BufferState::kSealed;
   b.view.state = BufferState::kFreed;
   if (!b.view.name.empty()) names_.Remove(b.view.tenant, b.view.name, b.view.id);
+  if (!b.sealed_when_freed) {
+    // Waiting by id for a seal that cannot come now (its producer freed it,
+    // or died): told at once rather than at their deadline. Opens waiting
+    // for its name keep waiting, for the next buffer of that name.
+    for (WaitId w : waits_.Wakeable(b.view.id, {}, {})) {
+      Answer(w,
+             absl::NotFoundError(StrCat("buffer ", b.view.id, " was freed before it was sealed")),
+             answers);
+    }
+  }
   if (b.in_expiries) {
     expiries_.erase({b.view.expires_unix_ms, b.view.id});
     b.in_expiries = false;
@@ -301,6 +311,7 @@ absl::StatusOr<BufferView> Registry::Seal(SessionId session_id, BufferId id) {
 }
 
 absl::Status Registry::Release(SessionId session_id, BufferId id, bool free, bool keep_mapping) {
+  Answers answers;  // delivered after the unlock
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   Session* s = FindSession(session_id);  // also during shutdown: a release only gives back
@@ -316,7 +327,7 @@ absl::Status Registry::Release(SessionId session_id, BufferId id, bool free, boo
   }
   if (--lease->second == 0) s->leases.erase(lease);
   b.view.leases--;
-  if (free) MarkFreed(b);
+  if (free) MarkFreed(b, answers);
   // Recorded before the memory can go (MaybeDestroy): the backend, keeping
   // or freeing it, finds this session among its holders.
   if (const AllocationId a = b.memory->import_info().allocation_id; keep_mapping && a != 0) {
@@ -390,6 +401,7 @@ void Registry::AskToUnmap(AllocationId id) {
 
 absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey& key) {
   if (key.id == 0) GPUBROKER_RETURN_IF_ERROR(ParseNameRef(key.name).status());
+  Answers answers;  // delivered after the unlock
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
@@ -398,7 +410,7 @@ absl::StatusOr<BufferView> Registry::Free(SessionId session_id, const BufferKey&
     return absl::PermissionDeniedError(StrCat("buffer ", key.ToString(), " belongs to tenant '",
                                               b->view.tenant, "'; only its tenant may free it"));
   }
-  MarkFreed(*b);
+  MarkFreed(*b, answers);
   BufferView view = b->view;
   MaybeDestroy(view.id, dead);
   return view;
@@ -468,6 +480,7 @@ absl::StatusOr<FdGrant> Registry::ExportBufferFd(SessionId session_id, BufferId 
 
 ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
   ExpiryReport report;
+  Answers answers;  // delivered after the unlock
   Graveyard dead;
   absl::MutexLock lock(&mu_);
   ExpireTickets(now_unix_ms, report, dead);
@@ -479,7 +492,7 @@ ExpiryReport Registry::ExpireDue(int64_t now_unix_ms) {
     auto it = buffers_.find(id);
     if (it == buffers_.end()) continue;
     it->second.in_expiries = false;
-    MarkFreed(it->second);
+    MarkFreed(it->second, answers);
     report.buffers_expired++;
     const uint64_t bytes = MaybeDestroy(id, dead);
     if (bytes > 0) {

@@ -439,14 +439,16 @@ class Registry final : public MappingHolders {
   /// The buffer as `tenant` may see it.
   static BufferView ViewFor(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkFreed(Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its name goes; Opens waiting for it by id to be sealed are answered
+  // NOT_FOUND (it never will be) through `answers`.
+  void MarkFreed(Buffer& b, Answers& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a freed buffer with no lease; its memory goes to `dead`. Returns
   // the bytes that left the tenant's books (0 for a block that went back to
   // its live range, whose owner is told).
   uint64_t MaybeDestroy(BufferId id, Graveyard& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A session's leases, buffers and ranges at its end.
-  void EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead,
+                       Answers& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets that `s` maps `id`; true when nobody maps it any more.
   bool Unmap(SessionId s, AllocationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a range: its bytes leave the books but for its published blocks

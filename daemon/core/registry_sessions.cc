@@ -95,7 +95,7 @@ SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
     for (AllocationId a : session.mapped) {
       if (Unmap(id, a)) unheld.push_back(a);
     }
-    EndSessionBooks(session, report, dead);
+    EndSessionBooks(session, report, dead, answers);
     // Counted with the books, in the same locked step: a scrape sees a
     // session's end together with what it gave back.
     if (how == SessionEnd::kClosed) {
@@ -110,7 +110,8 @@ SessionEndReport Registry::EndSession(SessionId id, SessionEnd how) {
   return report;
 }
 
-void Registry::EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead) {
+void Registry::EndSessionBooks(const Session& session, SessionEndReport& report, Graveyard& dead,
+                               Answers& answers) {
   std::vector<BufferId> touched;
   for (const auto& [buffer_id, count] : session.leases) {
     auto b = buffers_.find(buffer_id);
@@ -124,7 +125,7 @@ void Registry::EndSessionBooks(const Session& session, SessionEndReport& report,
     if (b == buffers_.end()) continue;
     b->second.view.owner_session = 0;
     if (!b->second.view.keep && !b->second.freed) {
-      MarkFreed(b->second);
+      MarkFreed(b->second, answers);
       report.buffers_freed++;
     }
     touched.push_back(buffer_id);

@@ -58,5 +58,64 @@ TEST(ClientWaits, AWaitingOpenGoesOnTheSessionSocketAndHoldsUpNoOtherCall) {
       << "the waits and the calls all went over session.sock";
 }
 
+// A consumer waiting by id for a buffer's seal (one that it may already
+// hold unsealed, as a consumer asking first does) hears at once that the
+// seal will not come when the producer frees the buffer or dies unsealed,
+// instead of at its deadline. Opens waiting for the name keep waiting, for
+// the next buffer of that name.
+TEST(ClientWaits, AWaitForASealThatCannotComeEndsAtOnce) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  for (const bool killed : {false, true}) {
+    SCOPED_TRACE(killed ? "the producer is SIGKILLed" : "the producer frees it");
+    Helper producer(daemon.socket_dir());
+    const std::string name = killed ? "unsealed.killed" : "unsealed.freed";
+    const std::string id = producer.Ok("alloc p 4096 publish name=" + name);
+    OpenOptions early;
+    early.allow_unsealed = true;
+    Buffer held = consumer.open(name, early);  // the consumer holds it before the seal
+    std::atomic<int> by_id{0};                 // 1: NotFound, 2: anything else
+    std::atomic<bool> by_name_waiting{true};
+    std::thread for_id([&] {
+      OpenOptions o;
+      o.wait = true;
+      o.map = false;
+      o.timeout = 20s;
+      try {
+        consumer.open(static_cast<BufferId>(std::stoull(id)), o);
+        by_id = 2;
+      } catch (const NotFoundError&) {
+        by_id = 1;
+      } catch (const Error&) {
+        by_id = 2;
+      }
+    });
+    std::thread for_name([&] {
+      OpenOptions o;
+      o.wait = true;
+      o.timeout = 1500ms;
+      try {
+        consumer.open(name, o);
+      } catch (const DeadlineExceededError&) {
+      }
+      by_name_waiting = false;
+    });
+    ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 2; }));
+    const auto start = std::chrono::steady_clock::now();
+    if (killed) {
+      producer.Kill9();
+    } else {
+      producer.Ok("release p");  // the owner's release frees it
+    }
+    for_id.join();
+    EXPECT_EQ(by_id, 1) << "told NOT_FOUND";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "at once, not at its deadline";
+    EXPECT_TRUE(by_name_waiting) << "a wait for the name goes on";
+    for_name.join();
+    held.release();
+  }
+}
+
 }  // namespace
 }  // namespace gpubroker::testing
