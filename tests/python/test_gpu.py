@@ -175,6 +175,64 @@ def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_da
     torch_consumer.finish(60)
 
 
+def test_a_consumer_asking_first_maps_before_the_seal_and_its_stream_waits(gpu_daemon,
+                                                                          children):
+    """docs/fast-path.md, "the consumer asks first": open(wait, allow_unsealed)
+    is answered before the seal, and wait_ready(stream) still orders the
+    stream after the producer's writes; without it the stream does not wait."""
+    need("torch", "cupy")
+    n = 16 * MIB // 4
+    consumer = children("""
+        import cupy
+
+        cupy.zeros(1).sum()
+        c = gpubroker.connect()
+        say("ready")
+        bufs = [c.open(f"gpu.early.{k}", wait=True, allow_unsealed=True, timeout=120)
+                for k in range(2)]
+        say("opened", int(bufs[0].is_sealed), int(bufs[1].is_sealed))
+        with cupy.cuda.Stream(non_blocking=True):  # the control: no wait_ready
+            early = float(bufs[1].as_cupy().sum())
+        s = cupy.cuda.Stream(non_blocking=True)
+        bufs[0].wait_ready(s)
+        with s:
+            late = float(bufs[0].as_cupy().sum())
+        say(early, late)
+    """, gpu_daemon.dir)
+    assert consumer.expect(120) == "ready"
+    producer = children(f"""
+        import torch
+        c = gpubroker.connect()
+        bufs = [c.allocate(shape=({n},), dtype="float32", name=f"gpu.early.{{k}}") for k in range(2)]
+        ts = [b.as_torch() for b in bufs]
+        for t in ts:
+            t.fill_(1.0)
+        torch.cuda.synchronize()
+        for b in bufs:
+            b.publish()                         # the names are bound: the consumer is answered
+        hear()                                  # it has both, unsealed
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(10_000_000_000)   # >= 5 s of GPU time at <= 2 GHz
+            for t in ts:
+                t.fill_(2.0)
+        for b in bufs:
+            b.seal(side)                        # returns at once: nothing synchronized
+        say("sealed")
+        hear()
+        torch.cuda.synchronize()
+    """, gpu_daemon.dir)
+    assert consumer.expect(120) == "opened 0 0", "answered before the seal"
+    producer.send("go")
+    assert producer.expect(120) == "sealed"
+    early, late = (float(v) for v in consumer.expect(120).split())
+    assert late == 2.0 * n, "the consumer's stream did not wait for the seal"
+    assert early == 1.0 * n, "the control saw the writes without waiting: the test shows nothing"
+    producer.send("done")
+    producer.finish(60)
+    consumer.finish(60)
+
+
 def test_cuda_array_interface_consumers_share_the_memory(gpu_daemon):
     need("cupy", "numba")
     import cupy
