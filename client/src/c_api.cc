@@ -492,6 +492,16 @@ gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer, void*
   return Guard([&] { buffer->buffer().wait_ready(stream); });
 }
 
+gpubroker_status_t gpubroker_buffer_wait_sealed(gpubroker_buffer_t* buffer, int64_t timeout_ms) {
+  GPUBROKER_CHECK_ARG(buffer != nullptr);
+  if (const auto s = SettleClaim(*buffer); s != GPUBROKER_OK) return s;
+  return Guard([&] {
+    CheckNotForked(*buffer->held);
+    buffer->buffer().wait_sealed(timeout_ms < 0 ? std::chrono::milliseconds(30000)
+                                                : std::chrono::milliseconds(timeout_ms));
+  });
+}
+
 gpubroker_status_t gpubroker_buffer_release(gpubroker_buffer_t* buffer) {
   if (buffer == nullptr) return GPUBROKER_OK;
   gpubroker_status_t status = GPUBROKER_OK;

@@ -305,6 +305,47 @@ void Buffer::wait_ready(void* stream) {
   mapping_->WaitReady(stream);
 }
 
+void Buffer::wait_sealed(std::chrono::milliseconds timeout) {
+  if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_sealed on an empty Buffer handle");
+  impl_->CheckProcess();
+  SettleClaim();
+  ThrowRefused();
+  if (info_.state == BufferState::kSealed) return;
+  if (owner_ || info_.id == 0) {
+    ThrowError(ErrorCode::kFailedPrecondition,
+               "wait_sealed on a buffer this client made: its seal is this process's to make");
+  }
+  // An Open of the same buffer by id that waits for its seal, parked in the
+  // daemon, and that maps nothing: the answer is the sealed description.
+  OpenOptions options;
+  options.wait = true;
+  options.timeout = timeout;
+  options.map = false;
+  v1::OpenResponse resp;
+  v1::Call call;
+  *call.mutable_open() = detail::ToOpenRequest(info_.id, {}, options);
+  v1::Reply reply;
+  if (impl_->waits_on_session() && impl_->Call(std::move(call), &reply, timeout)) {
+    resp = std::move(*reply.mutable_open());
+  } else {
+    grpc::ClientContext ctx;
+    impl_->Prepare(ctx, timeout);
+    grpc::Status s = impl_->stub().Open(&ctx, detail::ToOpenRequest(info_.id, {}, options), &resp);
+    if (!s.ok()) impl_->Throw(s);
+  }
+  info_ = detail::FromProto(resp.buffer());
+  // That Open's own lease goes without a wait: its answer is taken with
+  // this handle's next posted answers (a refusal cannot matter: the lease
+  // is there).
+  v1::Call release;
+  release.mutable_release()->set_id(info_.id);
+  if (const uint64_t posted = impl_->PostCall(std::move(release)); posted != 0) {
+    holds_.push_back(posted);
+  } else {
+    impl_->Release(detail::BufferRelease{info_.id, false, nullptr}, true);
+  }
+}
+
 void* Buffer::ready_stream() {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "ready_stream on an empty Buffer handle");
   impl_->CheckProcess();

@@ -392,6 +392,38 @@ TEST(CAbi, APostedOpenLearnsItsLayoutWithItsAnswerAndReturnsItsRefusal) {
   EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
 }
 
+// gpubroker_buffer_wait_sealed: a handle opened before the seal reads sealed
+// once the producer seals, so that the calls that order a stream wait.
+TEST(CAbi, AWaitForTheSealOnTheHostMakesTheHandleReadSealed) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  CClient reader(daemon.socket_dir());
+  gpubroker_buffer_t* a = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 4096, "c.ask.first", nullptr, &a), GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_buffer_publish(a), GPUBROKER_OK) << gpubroker_last_error();
+  gpubroker_open_options_t o;
+  gpubroker_open_options_init(&o);
+  o.wait = 1;
+  o.allow_unsealed = 1;
+  gpubroker_buffer_t* b = nullptr;
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.ask.first", &o, &b), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_is_sealed(b), 0);
+  EXPECT_EQ(gpubroker_buffer_wait_sealed(b, 20), GPUBROKER_DEADLINE_EXCEEDED);
+  ASSERT_EQ(gpubroker_buffer_seal(a), GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_buffer_wait_sealed(b, -1), GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_is_sealed(b), 1);
+  EXPECT_EQ(gpubroker_buffer_wait_sealed(a, -1), GPUBROKER_OK) << "sealed: nothing to wait for";
+  gpubroker_buffer_t* own = nullptr;
+  ASSERT_EQ(gpubroker_allocate(reader.get(), 64, nullptr, &own), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_wait_sealed(own, 0), GPUBROKER_FAILED_PRECONDITION);
+  EXPECT_EQ(gpubroker_buffer_wait_sealed(nullptr, 0), GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(gpubroker_buffer_release(own), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+}
+
 // The socket directory is read from a ticket field by field, without
 // parsing the buffer's description: it must read what a parse reads (the
 // last of a repeated field, past fields it does not know) and refuse what a

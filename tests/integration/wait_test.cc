@@ -117,5 +117,67 @@ TEST(ClientWaits, AWaitForASealThatCannotComeEndsAtOnce) {
   }
 }
 
+// Buffer::wait_sealed: the host-side wait of a consumer that asked first,
+// answered by the seal, at once when the seal cannot come.
+TEST(ClientWaits, AConsumerThatAskedFirstWaitsForTheSealOnTheHost) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  Helper producer(daemon.socket_dir());
+  producer.Ok("alloc p 4096 publish name=ask.first");
+  OpenOptions early;
+  early.wait = true;
+  early.allow_unsealed = true;
+  Buffer b = consumer.open("ask.first", early);
+  EXPECT_EQ(b.info().state, BufferState::kAllocated);
+  EXPECT_THROW(b.wait_sealed(50ms), DeadlineExceededError);
+  std::atomic<bool> sealed{false};
+  std::thread waiter([&] {
+    b.wait_sealed(20s);
+    sealed = b.info().state == BufferState::kSealed;
+  });
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  EXPECT_FALSE(sealed);
+  producer.Ok("seal p");
+  waiter.join();
+  EXPECT_TRUE(sealed);
+  b.wait_sealed(1ms);  // sealed already: no call
+  auto leases = [&] {
+    for (const BufferInfo& i : consumer.list()) {
+      if (i.name == "ask.first") return i.leases;
+    }
+    return 0u;
+  };
+  // The wait's own lease went: the producer's and this handle's are left.
+  EXPECT_TRUE(Eventually([&] { return leases() == 2u; })) << leases();
+  b.release();
+  EXPECT_TRUE(Eventually([&] { return leases() == 1u; })) << leases();
+
+  Helper doomed(daemon.socket_dir());
+  doomed.Ok("alloc d 4096 publish name=ask.first.doomed");
+  Buffer d = consumer.open("ask.first.doomed", early);
+  std::atomic<int> outcome{0};  // 1: NotFound
+  std::thread for_doomed([&] {
+    try {
+      d.wait_sealed(20s);
+      outcome = 2;
+    } catch (const NotFoundError&) {
+      outcome = 1;
+    } catch (const Error&) {
+      outcome = 3;
+    }
+  });
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  doomed.Kill9();
+  for_doomed.join();
+  EXPECT_EQ(outcome, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  d.release();
+
+  Buffer own = consumer.allocate(4096);
+  EXPECT_THROW(own.wait_sealed(), FailedPreconditionError);
+}
+
 }  // namespace
 }  // namespace gpubroker::testing

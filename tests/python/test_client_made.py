@@ -141,6 +141,31 @@ def test_a_posted_open_raises_its_refusal_at_first_use(client):
     buf.release()
 
 
+def test_a_consumer_that_asked_first_waits_for_the_seal(client):
+    import threading
+
+    other = gpubroker.connect(client.status().socket_dir)
+    buf = client.allocate(shape=(16,), dtype="int32", name="ask.first")
+    buf.publish()  # the name is bound: a consumer asking first is answered
+    early = other.open("ask.first", wait=True, allow_unsealed=True)
+    assert not early.is_sealed
+    with pytest.raises(gpubroker.Timeout):
+        early.wait_sealed(timeout=0.05)
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(early.wait_sealed(timeout=20)))
+    waiter.start()
+    buf.as_numpy()[:] = 7
+    buf.seal()
+    waiter.join(30)
+    assert done and early.is_sealed
+    assert int(early.as_numpy()[15]) == 7
+    with pytest.raises(gpubroker.FailedPrecondition):
+        client.allocate(64).wait_sealed()
+    early.release()
+    buf.release()
+    other.close()
+
+
 def test_a_posted_seal_that_the_daemon_refuses_is_raised_at_the_next_call(client):
     first = client.allocate(64, name="posted.taken")
     first.seal()

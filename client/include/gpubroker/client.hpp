@@ -167,6 +167,17 @@ class GPUBROKER_API Buffer {
   /// @brief Makes `stream` (a cudaStream_t) wait for the producer's writes, as
   /// recorded at seal. No-op on the host backend.
   void wait_ready(void* stream = nullptr);
+  /// @brief Waits on the host until the buffer is sealed, for a handle opened
+  /// before the seal (allow_unsealed, as a consumer that asks first does:
+  /// docs/fast-path.md): one call, parked in the daemon and answered by the
+  /// seal. Returns at once for a sealed buffer. Afterwards the handle reads
+  /// sealed, so that exports and views ordered on a stream (the C ABI's, DLPack)
+  /// wait for the producer's writes as for a buffer opened sealed.
+  /// @throws NotFoundError when the buffer is freed, or its producer's session
+  ///         ends, before the seal (the seal cannot come); DeadlineExceededError
+  ///         after `timeout`; FailedPreconditionError for a buffer this client
+  ///         made (its seal is this process's own).
+  void wait_sealed(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   /// @brief A stream of the library's own on the buffer's device (one per
   /// device and process), made to wait for the producer's writes: the buffer

@@ -291,6 +291,17 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_settle(gpubroker_buffer_t* b
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer,
                                                                void* stream);
 /**
+ * @brief Waits on the host until a buffer opened before its seal
+ * (allow_unsealed) is sealed; at once for a sealed one. The handle then reads
+ * sealed, so that the calls that order a stream (view_on, to_dlpack_on) wait
+ * for the producer's writes. timeout_ms < 0: 30 s. See Buffer::wait_sealed.
+ * @return GPUBROKER_NOT_FOUND when the buffer was freed, or its producer's
+ *         session ended, before the seal; GPUBROKER_DEADLINE_EXCEEDED after
+ *         the timeout; GPUBROKER_FAILED_PRECONDITION for a buffer this client made.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_sealed(gpubroker_buffer_t* buffer,
+                                                                int64_t timeout_ms);
+/**
  * @brief A stream of the library's own on the buffer's device (one per device
  * and process), made to wait for the producer's sealed writes: what the CUDA
  * Array Interface v3 calls the producer's stream. Work ordered after it sees

@@ -309,6 +309,35 @@ class Buffer:
         if rc:
             raise self._lib.error(rc)
 
+    def wait_sealed(self, timeout: Union[None, float, timedelta] = None) -> None:
+        """Waits until the buffer is sealed, for a Buffer opened before the seal
+        (``open(name, wait=True, allow_unsealed=True)``, a consumer that asks
+        first and maps while the producer works); returns at once for a sealed
+        one. Afterwards the arrays made from it (``as_cupy()``, DLPack) order
+        their stream after the producer's writes, as for a Buffer opened sealed.
+
+        `timeout`: seconds or a timedelta (None: 30 s). Raises NotFound when the
+        buffer is freed, or its producer's session ends (a crash included),
+        before the seal; Timeout after `timeout`; FailedPrecondition for a
+        buffer this client made.
+        """
+        lib = self._lib
+        if lib.buffer_wait_sealed is None:
+            from ._errors import Unimplemented
+
+            raise Unimplemented(f"{lib.path} cannot wait for a seal (gpubroker_buffer_wait_sealed): "
+                                "install a matching libgpubroker")  # fmt: skip
+        ms = -1
+        if timeout is not None:
+            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+            if not seconds >= 0:
+                raise InvalidArgument(f"a timeout is seconds >= 0, not {timeout!r}")
+            ms = int(round(seconds * 1000))
+        with self._lock:
+            rc = lib.buffer_wait_sealed(self._usable(), ms)
+        if rc:
+            raise lib.error(rc)
+
     # Tickets ------------------------------------------------------------------
 
     def ticket(self, ttl: Union[None, float, timedelta] = None) -> bytes:

@@ -191,6 +191,10 @@ class Library:
         proto(c, "gpubroker_client_stats_json", c_int, c_void_p, POINTER(c_void_p))
         proto(c, "gpubroker_buffer_to_dlpack_on", c_int, c_void_p, c_uint32, c_void_p, pp)
         proto(c, "gpubroker_buffer_view_on", c_int, c_void_p, c_void_p, pp)
+        # Waiting for a seal on the host came later: None without it.
+        self.buffer_wait_sealed = None
+        if hasattr(c, "gpubroker_buffer_wait_sealed"):
+            proto(c, "gpubroker_buffer_wait_sealed", c_int, c_void_p, c_int64)
         # The facts and the view in one call came later: None without it.
         self.buffer_view_on_facts = None
         if hasattr(c, "gpubroker_buffer_view_on_facts"):
