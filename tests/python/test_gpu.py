@@ -178,8 +178,9 @@ def test_consumers_stream_waits_for_the_producers_fence_and_fails_without(gpu_da
 def test_a_consumer_asking_first_maps_before_the_seal_and_its_stream_waits(gpu_daemon,
                                                                           children):
     """docs/fast-path.md, "the consumer asks first": open(wait, allow_unsealed)
-    is answered before the seal, and wait_ready(stream) still orders the
-    stream after the producer's writes; without it the stream does not wait."""
+    is answered before the seal; wait_sealed() returns at the seal, after
+    which as_cupy() orders its stream by itself, and wait_ready(stream)
+    orders a stream before it; without either the stream does not wait."""
     need("torch", "cupy")
     n = 16 * MIB // 4
     consumer = children("""
@@ -189,28 +190,31 @@ def test_a_consumer_asking_first_maps_before_the_seal_and_its_stream_waits(gpu_d
         c = gpubroker.connect()
         say("ready")
         bufs = [c.open(f"gpu.early.{k}", wait=True, allow_unsealed=True, timeout=120)
-                for k in range(2)]
-        say("opened", int(bufs[0].is_sealed), int(bufs[1].is_sealed))
-        with cupy.cuda.Stream(non_blocking=True):  # the control: no wait_ready
+                for k in range(3)]
+        say("opened", *(int(b.is_sealed) for b in bufs))
+        with cupy.cuda.Stream(non_blocking=True):  # the control: no wait of any kind
             early = float(bufs[1].as_cupy().sum())
+        bufs[2].wait_sealed(timeout=120)        # on the host, until A seals (its GPU still busy)
+        with cupy.cuda.Stream(non_blocking=True):
+            after_seal = float(bufs[2].as_cupy().sum())
         s = cupy.cuda.Stream(non_blocking=True)
         bufs[0].wait_ready(s)
         with s:
             late = float(bufs[0].as_cupy().sum())
-        say(early, late)
+        say(early, after_seal, late)
     """, gpu_daemon.dir)
     assert consumer.expect(120) == "ready"
     producer = children(f"""
         import torch
         c = gpubroker.connect()
-        bufs = [c.allocate(shape=({n},), dtype="float32", name=f"gpu.early.{{k}}") for k in range(2)]
+        bufs = [c.allocate(shape=({n},), dtype="float32", name=f"gpu.early.{{k}}") for k in range(3)]
         ts = [b.as_torch() for b in bufs]
         for t in ts:
             t.fill_(1.0)
         torch.cuda.synchronize()
         for b in bufs:
             b.publish()                         # the names are bound: the consumer is answered
-        hear()                                  # it has both, unsealed
+        hear()                                  # it has them, unsealed
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
             torch.cuda._sleep(10_000_000_000)   # >= 5 s of GPU time at <= 2 GHz
@@ -222,10 +226,11 @@ def test_a_consumer_asking_first_maps_before_the_seal_and_its_stream_waits(gpu_d
         hear()
         torch.cuda.synchronize()
     """, gpu_daemon.dir)
-    assert consumer.expect(120) == "opened 0 0", "answered before the seal"
+    assert consumer.expect(120) == "opened 0 0 0", "answered before the seal"
     producer.send("go")
     assert producer.expect(120) == "sealed"
-    early, late = (float(v) for v in consumer.expect(120).split())
+    early, after_seal, late = (float(v) for v in consumer.expect(120).split())
+    assert after_seal == 2.0 * n, "as_cupy() after wait_sealed() did not order its stream"
     assert late == 2.0 * n, "the consumer's stream did not wait for the seal"
     assert early == 1.0 * n, "the control saw the writes without waiting: the test shows nothing"
     producer.send("done")
