@@ -70,6 +70,7 @@ Buffer::Buffer(Buffer&& other) noexcept
       posted_(std::exchange(other.posted_, 0)),
       claim_(std::exchange(other.claim_, false)),
       holds_(std::move(other.holds_)),
+      quiet_(std::move(other.quiet_)),
       refused_(std::exchange(other.refused_, nullptr)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -82,6 +83,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     posted_ = std::exchange(other.posted_, 0);
     claim_ = std::exchange(other.claim_, false);
     holds_ = std::move(other.holds_);
+    quiet_ = std::move(other.quiet_);
     refused_ = std::exchange(other.refused_, nullptr);
   }
   return *this;
@@ -334,13 +336,12 @@ void Buffer::wait_sealed(std::chrono::milliseconds timeout) {
     if (!s.ok()) impl_->Throw(s);
   }
   info_ = detail::FromProto(resp.buffer());
-  // That Open's own lease goes without a wait: its answer is taken with
-  // this handle's next posted answers (a refusal cannot matter: the lease
-  // is there).
+  // That Open's own lease goes without a wait: its answer is taken when this
+  // handle goes (nothing can be refused: the lease is there).
   v1::Call release;
   release.mutable_release()->set_id(info_.id);
   if (const uint64_t posted = impl_->PostCall(std::move(release)); posted != 0) {
-    holds_.push_back(posted);
+    quiet_.push_back(posted);
   } else {
     impl_->Release(detail::BufferRelease{info_.id, false, nullptr}, true);
   }
@@ -361,9 +362,22 @@ int Buffer::device_ordinal() const noexcept {
 
 void Buffer::release() { Reset(true); }
 
+void Buffer::TakeQuietAnswers() {
+  for (const uint64_t request : std::exchange(quiet_, {})) {
+    try {
+      impl_->CollectCall(request);
+    } catch (const std::exception&) {
+      // An answer nobody waits for: a session that ended dropped the lease too.
+    }
+  }
+}
+
 void Buffer::release_on(void* stream) {
   if (!impl_) return;
-  if (!impl_->forked()) SettleQuietly();
+  if (!impl_->forked()) {
+    SettleQuietly();
+    TakeQuietAnswers();
+  }
   if (refused_) {
     Reset(true);  // released at once; the refusal thrown after it
     return;
@@ -388,7 +402,10 @@ void Buffer::Reset(bool report_errors) {
   if (!impl_) return;
   // A posted seal's answer first: whether the buffer was published decides
   // how it goes back.
-  if (!impl_->forked()) SettleQuietly();
+  if (!impl_->forked()) {
+    SettleQuietly();
+    TakeQuietAnswers();
+  }
   std::exception_ptr refused = std::exchange(refused_, nullptr);
   if (refused && !report_errors) {
     try {

@@ -241,6 +241,8 @@ class GPUBROKER_API Buffer {
   }
   /// Throws the refusal that SettleQuietly kept, once.
   void ThrowRefused() const;
+  /// Takes the answers of quiet_, as the handle goes.
+  void TakeQuietAnswers();
 
   std::shared_ptr<detail::ClientImpl> impl_;
   mutable BufferInfo info_;  // a client-made buffer gets its id when published
@@ -249,6 +251,7 @@ class GPUBROKER_API Buffer {
   mutable uint64_t posted_ = 0;          // request id of a posted seal's (or claim's) unread answer
   mutable bool claim_ = false;           // posted_ is a claim's or an open's
   mutable std::vector<uint64_t> holds_;  // request ids of tickets' holds not yet answered
+  std::vector<uint64_t> quiet_;          // posted calls whose answers matter to nobody
   mutable std::exception_ptr refused_;   // a posted call's refusal, not thrown yet
 };
 
