@@ -323,19 +323,7 @@ void Buffer::wait_sealed(std::chrono::milliseconds timeout) {
   options.wait = true;
   options.timeout = timeout;
   options.map = false;
-  v1::OpenResponse resp;
-  v1::Call call;
-  *call.mutable_open() = detail::ToOpenRequest(info_.id, {}, options);
-  v1::Reply reply;
-  if (impl_->waits_on_session() && impl_->Call(std::move(call), &reply, timeout)) {
-    resp = std::move(*reply.mutable_open());
-  } else {
-    grpc::ClientContext ctx;
-    impl_->Prepare(ctx, timeout);
-    grpc::Status s = impl_->stub().Open(&ctx, detail::ToOpenRequest(info_.id, {}, options), &resp);
-    if (!s.ok()) impl_->Throw(s);
-  }
-  info_ = detail::FromProto(resp.buffer());
+  info_ = detail::FromProto(impl_->AskOpen(info_.id, {}, options).buffer());
   // That Open's own lease goes without a wait: its answer is taken when this
   // handle goes (nothing can be refused: the lease is there).
   v1::Call release;
@@ -439,6 +427,31 @@ void Buffer::ResetNow(bool report_errors) {
 }
 
 namespace detail {
+
+v1::OpenResponse ClientImpl::AskOpen(BufferId id, std::string_view name,
+                                     const OpenOptions& options) {
+  v1::OpenResponse resp;
+  v1::Call call;
+  v1::Reply reply;
+  *call.mutable_open() = ToOpenRequest(id, name, options);
+  // A waiting Open is parked in the daemon and answered on the session's
+  // connection when the buffer is sealed; the connection serves this
+  // client's other calls meanwhile. A daemon that does not say it parks
+  // them gets them through gRPC.
+  const auto wait = options.wait ? options.timeout : std::chrono::milliseconds(0);
+  if ((!options.wait || waits_on_session()) && Call(std::move(call), &reply, wait)) {
+    resp = std::move(*reply.mutable_open());
+    if (DebugOn()) Debug(StrCat("open buffer ", resp.buffer().id(), CallTiming()));
+    return resp;
+  }
+  const v1::OpenRequest req = ToOpenRequest(id, name, options);
+  grpc::ClientContext ctx;
+  Prepare(ctx, wait);
+  grpc::Status s = stub().Open(&ctx, req, &resp);
+  if (!s.ok()) Throw(s);
+  Count(Path::kOpenGrpc);
+  return resp;
+}
 
 void ClientImpl::Release(BufferRelease release, bool report_errors) {
   std::optional<LocalBlock> block;
@@ -641,29 +654,7 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
   impl_->FinishReleases(false);
-  v1::OpenResponse resp;
-  v1::Call call;
-  v1::Reply reply;
-  *call.mutable_open() = detail::ToOpenRequest(id, name, options);
-  // A waiting Open is parked in the daemon and answered on the session's
-  // connection when the buffer is sealed; the connection serves this
-  // client's other calls meanwhile. A daemon that does not say it parks
-  // them gets them through gRPC.
-  const bool on_session = !options.wait || impl_->waits_on_session();
-  if (on_session && impl_->Call(std::move(call), &reply,
-                                options.wait ? options.timeout : std::chrono::milliseconds(0))) {
-    resp = std::move(*reply.mutable_open());
-    if (detail::ClientImpl::DebugOn())
-      detail::ClientImpl::Debug(
-          StrCat("open buffer ", resp.buffer().id(), detail::ClientImpl::CallTiming()));
-  } else {
-    const v1::OpenRequest req = detail::ToOpenRequest(id, name, options);
-    grpc::ClientContext ctx;
-    impl_->Prepare(ctx, options.wait ? options.timeout : std::chrono::milliseconds(0));
-    grpc::Status s = impl_->stub().Open(&ctx, req, &resp);
-    if (!s.ok()) impl_->Throw(s);
-    impl_->Count(detail::ClientImpl::Path::kOpenGrpc);
-  }
+  const v1::OpenResponse resp = impl_->AskOpen(id, name, options);
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
   if (!options.map) return buffer;
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());

@@ -259,6 +259,9 @@ class ClientImpl {
   v1::Reply CollectCall(uint64_t id);
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
+  /// An Open's answer, mapped nothing yet: on session.sock, or through gRPC
+  /// when it waits and the daemon does not park waiting Opens there.
+  v1::OpenResponse AskOpen(BufferId id, std::string_view name, const OpenOptions& options);
 
   /// True in a process made by fork() after this client connected: the
   /// session belongs to the parent.
