@@ -153,13 +153,18 @@ class Buffer:
             # The facts call waits for the answer (the GIL released), and maps the memory.
             f = _Facts(self._lib, h, self._lib.buffer_get_facts_waiting)
         except Error as e:
-            self._claim, self._h = e, None
-            self._lib.buffer_release(h)  # a refused claim holds no lease
+            self._refused(h, e)
             raise
-        self._facts, self._device_id, self._claim = f, f.ordinal, None
+        self._keep_facts(f)
+
+    def _refused(self, h: int, e: Error) -> None:
+        """A posted claim's or open's refusal (with the lock held): kept, to
+        be raised at every later use, and the handle released (it holds no lease)."""
+        self._claim, self._h = e, None
+        self._lib.buffer_release(h)
 
     def _keep_facts(self, f: "_Facts") -> None:
-        """Facts read by another call (with the lock held)."""
+        """The handle's facts, read (with the lock held)."""
         self._facts, self._device_id = f, f.ordinal
         self._claim = None  # a posted claim's or open's answer came with them
 
@@ -170,8 +175,8 @@ class Buffer:
             if self._claim is not None:
                 self._answer()
                 return self._facts
-            f = self._facts = _Facts(self._lib, self._h)
-            self._device_id = f.ordinal
+            f = _Facts(self._lib, self._h)
+            self._keep_facts(f)
         return f
 
     def _f(self) -> "_Facts":
@@ -327,12 +332,9 @@ class Buffer:
 
             raise Unimplemented(f"{lib.path} cannot wait for a seal (gpubroker_buffer_wait_sealed): "
                                 "install a matching libgpubroker")  # fmt: skip
-        ms = -1
-        if timeout is not None:
-            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-            if not seconds >= 0:
-                raise InvalidArgument(f"a timeout is seconds >= 0, not {timeout!r}")
-            ms = int(round(seconds * 1000))
+        from ._client import _ms  # the package's one conversion of timeouts
+
+        ms = -1 if timeout is None else _ms(timeout, "timeout")  # -1: the library's default
         with self._lock:
             rc = lib.buffer_wait_sealed(self._usable(), ms)
         if rc:
@@ -613,10 +615,8 @@ class Buffer:
                     filled = _lib.BufferFacts(_lib.FACTS_SIZE)
                     rc = lib.buffer_view_on_facts(h, stream, filled, byref(out))
                     if rc and not filled.size and self._claim is not None:
-                        # The posted claim's or open's refusal: as _answer() keeps it.
-                        e = lib.error(rc)
-                        self._claim, self._h = e, None
-                        lib.buffer_release(h)
+                        e = lib.error(rc)  # the posted claim's or open's refusal
+                        self._refused(h, e)
                         raise e
                     if filled.size:  # read, also where only the view failed
                         self._keep_facts(_Facts(lib, h, filled=filled))

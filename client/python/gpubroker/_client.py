@@ -134,8 +134,8 @@ def _ms(value: Union[None, float, timedelta], what: str) -> int:
     if value is None:
         return 0
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 0:
-        raise InvalidArgument(f"{what} is negative")
+    if not seconds >= 0:
+        raise InvalidArgument(f"{what} is negative or not a number")
     return int(round(seconds * 1000))
 
 
