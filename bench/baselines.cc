@@ -19,11 +19,17 @@
 namespace gpubroker::bench {
 
 Child::~Child() {
+  const bool had_channel = channel.get() >= 0;
   channel.reset();  // EOF ends the socketpair servers
-  if (pid > 0) {
-    ::kill(pid, SIGTERM);
-    ::waitpid(pid, nullptr, 0);
+  if (pid <= 0) return;
+  // Let such a server end on its own, as a process that exits does (its
+  // atexit work done: a timeline's records written), before it is stopped.
+  for (int i = 0; had_channel && i < 2000; ++i) {
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
 }
 
 int SpawnSelf(const std::vector<std::string>& args, int child_fd) {

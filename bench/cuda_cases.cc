@@ -39,6 +39,7 @@
 #include "bench/daemon_process.h"
 #include "bench/report.h"
 #include "bench/throughput.h"
+#include "bench/timeline/marks.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "gpubroker/client.hpp"
@@ -452,6 +453,7 @@ int RunCuda(const Options& o) {
     Send(peer.fd(), m);
     Receive(peer.fd());  // B is about to wait
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    Mark(posted ? kMarkSealPostedStart : kMarkSealStart);
     const uint64_t t0 = NowNs();
     if (posted) {
       b.seal_posted(stream);
@@ -543,11 +545,13 @@ int RunCuda(const Options& o) {
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          Mark(kMarkPingStart);
           const auto t0 = std::chrono::steady_clock::now();
           Msg m;
           m.op = kPing;
           Ask(peer.fd(), m);
           (keep ? cold_ping : scratch[8]).us.push_back(ElapsedUs(t0));
+          Mark(kMarkPingEnd);
           break;
         }
       }

@@ -10,6 +10,7 @@
 #include "bench/cuda_common.h"
 #include "bench/cuda_fence.h"
 #include "bench/cuda_peer.h"
+#include "bench/timeline/marks.h"
 #include "gpubroker/client.hpp"
 #endif
 
@@ -139,14 +140,17 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         oo.wait = true;
         oo.allow_unsealed = m.variant == kOpenEarly;
         state.buffer.emplace(client.open(std::string_view(m.data), oo));
-        reply.c = NowNs();                 // answered and mapped
+        reply.c = NowNs();  // answered and mapped
+        Mark(kMarkOpenReturned);
         state.buffer->wait_ready(stream);  // unsealed: waits for the seal's fence all the same
         reply.b = NowNs();
+        Mark(kMarkWaitReturned);
         if (m.variant == kOpenEarly) {
           Throw(cudaMemsetAsync(state.buffer->data(), 1, 4, stream), "cudaMemsetAsync");
         }
         Throw(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         reply.a = NowNs();
+        Mark(kMarkSynced);
         break;
       }
       case kRelease:

@@ -31,6 +31,7 @@
 #include "bench/options.h"
 #include "bench/report.h"
 #include "bench/throughput.h"
+#include "bench/timeline/marks.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "gpubroker/client.hpp"
@@ -48,12 +49,29 @@ constexpr BufferId kUnsealed = BufferId{1} << 63;
 constexpr BufferId kByName = BufferId{1} << 62;
 // kByTicket: a ticket follows (its length, then its bytes), claimed posted.
 constexpr BufferId kByTicket = BufferId{1} << 61;
+// kWaitByName: a name follows; B says it is about to wait, waits for the
+// buffer in Open(wait), and answers with when its Open returned
+// (CLOCK_MONOTONIC, in ns) instead of the one-byte answer.
+constexpr BufferId kWaitByName = BufferId{1} << 60;
+// kPing: B answers at once, and nothing else.
+constexpr BufferId kPing = BufferId{1} << 59;
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 int ServeOpen(const std::string& socket_dir, int fd) {
   auto client = Client::connect(socket_dir, {"bench-peer"});
   for (;;) {
     BufferId id = 0;
     if (::read(fd, &id, sizeof(id)) != sizeof(id)) return 0;
+    if (id == kPing) {
+      const char ack = 1;
+      if (::write(fd, &ack, 1) != 1) return 1;
+      continue;
+    }
     OpenOptions oo;
     oo.allow_unsealed = (id & kUnsealed) != 0;
     Buffer b;
@@ -66,12 +84,17 @@ int ServeOpen(const std::string& socket_dir, int fd) {
       }
       b = client.claim_posted(std::string_view(ticket, n));  // answered at data()
       if (b.data() == nullptr) b.settle();                   // throws the refusal
-    } else if (id == kByName) {
+    } else if (id == kByName || id == kWaitByName) {
       uint32_t n = 0;
       char name[256];
       if (::read(fd, &n, sizeof(n)) != sizeof(n) || n >= sizeof(name) ||
           ::read(fd, name, n) != static_cast<ssize_t>(n)) {
         return 1;
+      }
+      const char about_to_wait = 1;
+      if (id == kWaitByName) {
+        oo.wait = true;
+        if (::write(fd, &about_to_wait, 1) != 1) return 1;
       }
       b = client.open(std::string_view(name, n), oo);
     } else {
@@ -79,7 +102,13 @@ int ServeOpen(const std::string& socket_dir, int fd) {
     }
     static_cast<volatile char*>(b.data())[0] = 1;
     const char ack = 1;
-    if (::write(fd, &ack, 1) != 1) return 1;
+    if (id == kWaitByName) {
+      const uint64_t opened = NowNs();
+      Mark(kMarkOpenReturned);
+      if (::write(fd, &opened, sizeof(opened)) != sizeof(opened)) return 1;
+    } else if (::write(fd, &ack, 1) != 1) {
+      return 1;
+    }
     b.release();
     if (::write(fd, &ack, 1) != 1) return 1;
   }
@@ -137,6 +166,57 @@ double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool post
   const double us = ElapsedUs(t0);
   if (::read(peer.channel.get(), &ack, 1) != 1) throw std::runtime_error("share peer is gone");
   b.release();
+  return us;
+}
+
+// seal + wait: B waits in Open(wait) for a name that A then seals, after 2 ms
+// idle (so that B and the daemon sleep, as between the steps of a pipeline);
+// timed from A's seal until B's Open returned with the buffer mapped.
+double RunSealWait(Client& client, Child& peer, bool posted) {
+  static uint64_t serial = 0;
+  AllocateOptions ao;
+  ao.name = StrCat("bench.seal.", ::getpid(), ".", serial++);
+  Buffer b = client.allocate(4096, ao);
+  const BufferId wait_by_name = kWaitByName;
+  const auto n = static_cast<uint32_t>(ao.name.size());
+  std::string msg(reinterpret_cast<const char*>(&wait_by_name), sizeof(wait_by_name));
+  msg.append(reinterpret_cast<const char*>(&n), sizeof(n)).append(ao.name);
+  char ack = 0;
+  if (::write(peer.channel.get(), msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) ||
+      ::read(peer.channel.get(), &ack, 1) != 1) {
+    throw std::runtime_error("share peer is gone");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  Mark(posted ? kMarkSealPostedStart : kMarkSealStart);
+  const uint64_t t0 = NowNs();
+  if (posted) {
+    b.seal_posted();
+  } else {
+    b.seal();
+  }
+  uint64_t opened = 0;
+  if (::read(peer.channel.get(), &opened, sizeof(opened)) != sizeof(opened) ||
+      ::read(peer.channel.get(), &ack, 1) != 1) {
+    throw std::runtime_error("share peer is gone");
+  }
+  b.release();
+  return static_cast<double>(opened - t0) / 1e3;
+}
+
+// A round trip on the benchmark's own socket after 2 ms idle: seal + wait's
+// baseline, each of its hops waking a sleeping thread.
+double RunIdlePing(Child& peer) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  Mark(kMarkPingStart);
+  const auto t0 = std::chrono::steady_clock::now();
+  const BufferId ping = kPing;
+  char ack = 0;
+  if (::write(peer.channel.get(), &ping, sizeof(ping)) != sizeof(ping) ||
+      ::read(peer.channel.get(), &ack, 1) != 1) {
+    throw std::runtime_error("share peer is gone");
+  }
+  const double us = ElapsedUs(t0);
+  Mark(kMarkPingEnd);
   return us;
 }
 
@@ -262,6 +342,45 @@ int RunHost(const Options& o) {
     by_ticket.baseline_us = bare.p50();
     daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     std::fprintf(stderr, "gpubroker-bench: hand-over at %s done\n", s.c_str());
+  }
+
+  // seal + wait against two round trips, all after 2 ms idle (issue #11:
+  // "seal + wait <= 2 Unix-socket round trips"), interleaved.
+  {
+    Samples& confirmed = results.emplace_back(
+        Samples{"seal + wait: A seals, B's Open(wait) returns (4 KiB, after 2 ms idle)",
+                "2 x round trip after 2 ms idle (want <= 1x)",
+                0,
+                {}});
+    Samples& posted = results.emplace_back(Samples{
+        "  variant: A's seal posted", "2 x round trip after 2 ms idle (want <= 1x)", 0, {}});
+    Samples& ping = results.emplace_back(
+        Samples{"A <-> B round trip after 2 ms idle (bare Unix socket)", "", 0, {}});
+    const int n = std::max(20, o.iterations / 10);
+    for (int i = 0; i < o.warmup / 10 + n; ++i) {
+      const bool keep = i >= o.warmup / 10;
+      for (int k = 0; k < 3; ++k) {
+        switch ((k + i) % 3) {  // each case first in turn
+          case 0: {
+            const double us = RunSealWait(client, open_peer, false);
+            if (keep) confirmed.us.push_back(us);
+            break;
+          }
+          case 1: {
+            const double us = RunSealWait(client, open_peer, true);
+            if (keep) posted.us.push_back(us);
+            break;
+          }
+          default: {
+            const double us = RunIdlePing(open_peer);
+            if (keep) ping.us.push_back(us);
+          }
+        }
+      }
+    }
+    confirmed.baseline_us = 2 * ping.p50();
+    posted.baseline_us = 2 * ping.p50();
+    std::fprintf(stderr, "gpubroker-bench: seal + wait done\n");
   }
 
   // In-process allocation speed: a small buffer's allocate + release against

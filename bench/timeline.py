@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Reads the socket-call timelines that libgpubroker-timeline.so wrote
+(bench/timeline/timeline_preload.c) and cuts gpubroker-bench's seal + wait
+and its idle round trip into hops: who slept, who woke when, who worked how
+long. p50 over the iterations, in microseconds.
+
+    GPUBROKER_TIMELINE_DIR=DIR LD_PRELOAD=build/lib/libgpubroker-timeline.so \\
+        gpubroker-bench --backend host --quick
+    python3 bench/timeline.py DIR [--show N]
+
+--show N prints the N-th seal + wait's records from every process, whole.
+"""
+
+import argparse
+import bisect
+import glob
+import os
+import statistics
+import struct
+import sys
+
+RECORD = struct.Struct("<QQihhiiq")  # the C struct Record, 40 bytes
+OPS = {1: "read", 2: "write", 3: "recvmsg", 4: "sendmsg", 5: "poll", 6: "epoll_wait", 7: "mark"}
+READS = {"read", "recvmsg"}
+SENDS = {"write", "sendmsg"}
+WAITS = {"poll", "epoll_wait"}
+
+# bench/timeline/marks.h
+SEAL, SEAL_POSTED, OPENED, WAITED, SYNCED, PING, PING_END = 10, 12, 20, 21, 22, 30, 31
+
+
+class Rec:
+    __slots__ = ("pid", "name", "start", "end", "tid", "op", "folded", "fd", "timeout", "result")
+
+    def __init__(self, pid, name, fields):
+        self.pid, self.name = pid, name
+        self.start, self.end, self.tid, op, flags, self.fd, self.timeout, self.result = fields
+        self.op = OPS.get(op, str(op))
+        self.folded = flags == 1
+
+    def describe(self, t0):
+        what = f"{self.op}({self.fd}"
+        if self.op in WAITS:
+            what += f", timeout {self.timeout}"
+        what += f") = {self.result}"
+        if self.folded:
+            what += " (a run of empty calls)"
+        if self.op == "mark":
+            what = f"mark {self.fd}"
+        return (f"{(self.start - t0) / 1e3:9.1f} {(self.end - t0) / 1e3:9.1f}  "
+                f"{self.name}[{self.pid}/{self.tid}] {what}")
+
+
+def load(folder):
+    processes = {}
+    for path in glob.glob(os.path.join(folder, "timeline.*.bin")):
+        with open(path, "rb") as f:
+            header = f.read(64)
+            if header[:4] != b"GBTL":
+                continue
+            (count,) = struct.unpack_from("<I", header, 8)
+            (lost,) = struct.unpack_from("<i", header, 12)
+            name = header[16:].split(b"\0", 1)[0].decode(errors="replace")
+            pid = int(path.rsplit(".", 2)[1])
+            body = f.read(count * RECORD.size)
+        recs = [Rec(pid, name, RECORD.unpack_from(body, i * RECORD.size))
+                for i in range(len(body) // RECORD.size)]
+        if lost:
+            print(f"{name}[{pid}]: {lost} records lost (buffer full)", file=sys.stderr)
+        processes[pid] = Process(recs)
+    return processes
+
+
+def marks(processes, code):
+    found = [r for recs in processes.values() for r in recs if r.op == "mark" and r.fd == code]
+    return sorted(found, key=lambda r: r.start)
+
+
+class Process(list):
+    """One process's records, in the order their calls ended."""
+
+    def __init__(self, recs):
+        super().__init__(sorted(recs, key=lambda r: r.end))
+        self.ends = [r.end for r in self]
+
+
+def first(recs, after, pred):
+    """The first record that ended at or after `after` and matches."""
+    for i in range(bisect.bisect_left(recs.ends, after), len(recs)):
+        if pred(recs[i]):
+            return recs[i]
+    return None
+
+
+def last_before(recs, before, pred):
+    """The last record that ended at or before `before` and matches."""
+    for i in range(bisect.bisect_right(recs.ends, before) - 1, -1, -1):
+        if pred(recs[i]):
+            return recs[i]
+    return None
+
+
+def daemon_pid(processes):
+    for pid, recs in processes.items():
+        if recs and recs[0].name == "gpubrokerd":
+            return pid
+    return None
+
+
+def got(r):
+    return r.result > 0 and not r.folded
+
+
+def seal_wait(processes, code, show=None):
+    """Cuts each seal + wait (A's mark `code` .. B's OPENED mark) into hops."""
+    daemon = daemon_pid(processes)
+    if daemon is None:
+        print("no gpubrokerd timeline: was the daemon started by the benchmark?")
+        return {}
+    dmn = processes[daemon]
+    opened = marks(processes, OPENED)
+    rows = {}
+
+    def add(key, value):
+        rows.setdefault(key, []).append(value / 1e3)
+
+    for n, start in enumerate(marks(processes, code)):
+        a = processes[start.pid]
+        done = next((m for m in opened if m.start > start.start), None)
+        if done is None:
+            continue
+        b = processes[done.pid]
+        # A's frame to the daemon: its first send after the mark.
+        sent = first(a, start.start, lambda r: r.op in SENDS and r.result > 0
+                     and r.tid == start.tid and r.start >= start.start)
+        # The daemon's wake: its first wait call that returned something
+        # after A's frame went.
+        woke = first(dmn, sent.start, lambda r: r.op in WAITS and got(r)) if sent else None
+        # B's wake: the last wait call of B's (before its Open returned) that
+        # returned something, and the daemon's last send before it.
+        b_read = last_before(b, done.start, lambda r: r.op in READS and got(r)
+                             and r.tid == done.tid)
+        answer = last_before(dmn, (b_read or done).end, lambda r: r.op in SENDS and r.result > 0)
+        b_woke = None
+        if answer is not None and b_read is not None:
+            b_woke = first(b, answer.start, lambda r: r.op in WAITS and got(r)
+                           and r.tid == done.tid)
+            if b_woke is not None and b_woke.end > b_read.end:
+                b_woke = None
+        frame = first(dmn, woke.end, lambda r: r.op in READS and got(r)) if woke else None
+        if None in (sent, woke, answer, b_read, frame):
+            continue
+        if show is not None and n == show:
+            print(f"seal + wait #{n}, mark {code}; µs from A's mark:")
+            for recs in processes.values():
+                for r in recs:
+                    if r.end >= start.start - 5_000 and r.start <= done.end + 5_000:
+                        print("  " + r.describe(start.start))
+        add("A: mark -> its send call starts (fence, frame)", sent.start - start.start)
+        add("A: its send call (waking the daemon)", sent.end - sent.start)
+        add("daemon: slept in epoll_wait (1 = yes)",
+            1e3 if woke.timeout != 0 and woke.start < sent.start else 0)
+        add("daemon: A's send starts -> its epoll_wait returned", woke.end - sent.start)
+        add("daemon: epoll_wait returned -> A's frame read", frame.end - woke.end)
+        add("daemon: A's frame read -> its answer to B starts", answer.start - frame.end)
+        add("daemon: its send call to B (waking B)", answer.end - answer.start)
+        b_slept = b_woke is not None and b_woke.timeout != 0 and b_woke.start < answer.start
+        add("B: slept in poll (1 = yes)", 1e3 if b_slept else 0)
+        add("B: the daemon's send starts -> B's poll returned",
+            (b_woke.end if b_slept else b_read.start) - answer.start)
+        add("B: the daemon's send starts -> B read the answer", b_read.end - answer.start)
+        add("B: read -> its Open returned (parse, map)", done.start - b_read.end)
+        add("total: A's mark -> B's Open returned", done.start - start.start)
+    return rows
+
+
+def ping(processes):
+    rows = {}
+    ends = marks(processes, PING_END)
+    peer = next(iter(marks(processes, OPENED)), None)
+    for start in marks(processes, PING):
+        a = processes[start.pid]
+        end = next((m for m in ends if m.start > start.start and m.pid == start.pid), None)
+        if end is None:
+            continue
+        sent = first(a, start.start, lambda r: r.op in SENDS and r.result > 0
+                     and r.tid == start.tid)
+        back = last_before(a, end.start, lambda r: r.op in READS and got(r) and r.tid == start.tid)
+        # B: the benchmark's peer, whose thread marks its opens.
+        b_read = b_sent = None
+        if peer is not None and sent is not None and back is not None:
+            recs = processes[peer.pid]
+            b_read = first(recs, sent.start, lambda r: r.op in READS and got(r)
+                           and r.tid == peer.tid)
+            if b_read is not None:
+                b_sent = first(recs, b_read.end, lambda x: x.op in SENDS and x.result > 0
+                               and x.tid == peer.tid)
+        if b_read is None or b_sent is None or b_sent.end > back.end:
+            continue
+        for key, v in (("A: mark -> its send call starts", sent.start - start.start),
+                       ("A: its send call (waking B)", sent.end - sent.start),
+                       ("B: A's send starts -> B read it", b_read.end - sent.start),
+                       ("B: read -> its send call starts", b_sent.start - b_read.end),
+                       ("B: its send call (waking A)", b_sent.end - b_sent.start),
+                       ("A: B's send starts -> A read it", back.end - b_sent.start),
+                       ("total", end.start - start.start)):
+            rows.setdefault(key, []).append(v / 1e3)
+    return rows
+
+
+def report(title, rows):
+    if not rows:
+        return
+    n = len(next(iter(rows.values())))
+    print(f"{title} ({n} iterations), p50 / p90 µs")
+    for key, values in rows.items():
+        values = sorted(values)
+        p90 = values[min(len(values) - 1, int(len(values) * 0.9))]
+        if "(1 = yes)" in key:
+            print(f"  {key.replace(' (1 = yes)', '')}: {sum(1 for v in values if v) / len(values):.0%}")
+        else:
+            print(f"  {key:58s} {statistics.median(values):8.1f} {p90:8.1f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder")
+    parser.add_argument("--show", type=int, help="print the records of this seal + wait")
+    args = parser.parse_args()
+    processes = load(args.folder)
+    if not processes:
+        sys.exit(f"no timeline.*.bin in {args.folder}")
+    report("seal + wait, A's seal confirmed", seal_wait(processes, SEAL, args.show))
+    report("seal + wait, A's seal posted", seal_wait(processes, SEAL_POSTED, args.show))
+    report("round trip after 2 ms idle", ping(processes))
+
+
+if __name__ == "__main__":
+    main()

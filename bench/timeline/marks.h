@@ -1,0 +1,28 @@
+#pragma once
+
+// Marks in the socket-call timeline that libgpubroker-timeline.so records
+// when it is loaded (bench/timeline/timeline_preload.c); bench/timeline.py
+// knows the same codes. Without the library a mark costs one branch.
+#include <dlfcn.h>
+
+namespace gpubroker::bench {
+
+enum TimelineMark : int {
+  // seal + wait (A seals a named buffer B waits for in Open(wait)):
+  kMarkSealStart = 10,        // A, before its seal
+  kMarkSealPostedStart = 12,  // A, before its posted seal
+  kMarkOpenReturned = 20,     // B, its Open(wait) returned (answered, mapped)
+  kMarkWaitReturned = 21,     // B, its stream wait call returned (CUDA)
+  kMarkSynced = 22,           // B, its stream synchronized (CUDA)
+  // a round trip on the benchmark's own socket after 2 ms idle:
+  kMarkPingStart = 30,  // A, before it sends
+  kMarkPingEnd = 31,    // A, the answer in
+};
+
+inline void Mark(TimelineMark code) {
+  using Fn = void (*)(int);
+  static const Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "gpubroker_timeline_mark"));
+  if (fn != nullptr) fn(code);
+}
+
+}  // namespace gpubroker::bench
