@@ -208,6 +208,16 @@ class SessionChannel {
   std::map<uint64_t, std::shared_ptr<Slot>> posted_;
   size_t posted_waiting_ = 0;
   bool reading_ = false;
+  // Callers waiting for an answer of their own (Exchange, Collect). While
+  // there are any, the socket is out of watch_'s set: an answer wakes its
+  // caller only, not the thread in Poll as well (a wake-up and a lock passed
+  // back and forth on every call of a client that keeps mappings).
+  int callers_ = 0;
+  UniqueFd watch_;  // Poll's epoll set: the socket (while no caller waits) and its wake fd
+  int watch_wake_ = -1;
+  /// A caller begins or ends its wait (under mu_).
+  void CallerIn();
+  void CallerOut();
   std::vector<uint64_t> orphans_;  // buffers granted to Opens whose caller gave up
   // Why the session is over (the daemon closed it, said Goodbye, failed it,
   // or sent garbage); OK while it serves.

@@ -1,4 +1,5 @@
 #include <poll.h>
+#include <sys/epoll.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -224,6 +225,7 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
     std::lock_guard lock(mu_);
     if (!ended_.ok()) ThrowEnded();
     slots_[id] = &slot;
+    CallerIn();  // before the frame goes: its answer must not wake Poll
   }
   if (absl::Status s =
           [&] {
@@ -233,13 +235,20 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
       !s.ok()) {
     std::lock_guard lock(mu_);
     slots_.erase(id);
+    CallerOut();
     ThrowError(ErrorCode::kUnavailable, StrCat("session.sock: ", View(s.message())));
   }
   const auto sent = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   bool read = false;
   bool awake = false;
-  Await(lock, slot, id, deadline, &read, &awake);
+  try {
+    Await(lock, slot, id, deadline, &read, &awake);
+  } catch (...) {
+    CallerOut();  // Await throws with the lock held
+    throw;
+  }
+  CallerOut();
   last_timing.send_us = std::chrono::duration<double, std::micro>(sent - start).count();
   last_timing.answer_us = MicrosSince(sent);
   last_timing.how = !read   ? "read by another caller"
@@ -348,7 +357,14 @@ v1::Reply SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout
   bool read = false;
   if (!slot->done) {
     bool awake = false;
-    Await(lock, *slot, id, std::chrono::steady_clock::now() + timeout, &read, &awake);
+    CallerIn();  // the answer may be on its way: from now on it wakes this caller only
+    try {
+      Await(lock, *slot, id, std::chrono::steady_clock::now() + timeout, &read, &awake);
+    } catch (...) {
+      CallerOut();  // Await throws with the lock held
+      throw;
+    }
+    CallerOut();
   }
   slots_.erase(id);
   const bool orphans = read && !orphans_.empty();
@@ -372,19 +388,58 @@ bool SessionChannel::Unasked(const v1::SessionFrame& frame) {
   return false;
 }
 
+void SessionChannel::CallerIn() {
+  if (callers_++ > 0 || !watch_) return;
+  epoll_event ev{};
+  ev.data.fd = fd_.get();  // no events: only a hang-up or an error still wakes Poll
+  ::epoll_ctl(watch_.get(), EPOLL_CTL_MOD, fd_.get(), &ev);
+}
+
+void SessionChannel::CallerOut() {
+  if (--callers_ > 0 || !watch_) return;
+  // Level-triggered: what came meanwhile and nobody read wakes Poll now.
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd_.get();
+  ::epoll_ctl(watch_.get(), EPOLL_CTL_MOD, fd_.get(), &ev);
+}
+
 bool SessionChannel::Poll(int wake_fd, std::chrono::milliseconds timeout) {
+  int watch = -1;
   {
     std::lock_guard lock(mu_);
     if (!ended_.ok()) return false;
+    if (!watch_ || watch_wake_ != wake_fd) {
+      UniqueFd set(::epoll_create1(EPOLL_CLOEXEC));
+      epoll_event ev{};
+      ev.events = callers_ > 0 ? 0u : static_cast<uint32_t>(EPOLLIN);
+      ev.data.fd = fd_.get();
+      epoll_event wake{};
+      wake.events = EPOLLIN;
+      wake.data.fd = wake_fd;
+      if (set.get() < 0 || ::epoll_ctl(set.get(), EPOLL_CTL_ADD, fd_.get(), &ev) != 0 ||
+          ::epoll_ctl(set.get(), EPOLL_CTL_ADD, wake_fd, &wake) != 0) {
+        ended_ = absl::InternalError(StrCat("session.sock: epoll: ", std::strerror(errno)));
+        return false;
+      }
+      watch_ = std::move(set);
+      watch_wake_ = wake_fd;
+    }
+    watch = watch_.get();
   }
   // Waits without the lock and without the reader's role: a call may run
   // meanwhile and read what comes, its answer among it.
-  pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-  if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return true;
-  if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return true;
+  epoll_event events[2];
+  const int n = ::epoll_wait(watch, events, 2, static_cast<int>(timeout.count()));
+  bool socket = false;
+  for (int i = 0; i < n; ++i) {
+    socket = socket || (events[i].data.fd == fd_.get() &&
+                        (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0);
+  }
+  if (!socket) return true;
   std::unique_lock lock(mu_);
   if (!ended_.ok()) return false;
-  if (reading_ || !slots_.empty()) {
+  if (reading_ || callers_ > 0) {
     // A caller waits for an answer and reads (or is about to) for everyone,
     // what came unasked among it: leave it the socket.
     answered_.wait_for(lock, timeout);

@@ -115,6 +115,36 @@ TEST(MappingCache, TheDaemonAsksClientsToUnmapBeforeItLendsTheMemoryToAnotherTen
   b.Ok("check y 4");
 }
 
+TEST(MappingCache, AHolderWaitingInAnOpenStillUnmapsWhenAsked) {
+  if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
+  Daemon daemon(SmallPool());
+  ASSERT_TRUE(daemon.ok());
+  Helper a(daemon.socket_dir(), 60031);
+  a.Ok("alloc x 8388608");
+  a.Ok("release x");
+  ASSERT_EQ(a.Stat("cache_entries"), 1);
+
+  // a's one thread of its own waits in an Open, its answer to come on the
+  // session's socket: the request to unmap comes there too, and is served
+  // while the call still waits.
+  a.Post("open w later wait=30000");
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") == 1; }));
+  Helper b(daemon.socket_dir(), 60032);
+  b.Ok("alloc y 12582912");
+  EXPECT_EQ(daemon.Metric(kUnmapRequests), 1);
+  EXPECT_EQ(daemon.Metric(kKept), 0);
+  EXPECT_EQ(daemon.Metric(kUnmapping), 0);
+
+  // a's wait is answered as ever.
+  Helper a2(daemon.socket_dir(), 60031);
+  a2.Ok("alloc z 4096 name=later");
+  a2.Ok("seal z");
+  const std::string opened = a.Reply();
+  EXPECT_EQ(opened.rfind("ok ", 0), 0u) << opened;
+  EXPECT_EQ(a.Stat("cache_entries"), 0);
+  EXPECT_EQ(a.Stat("cache_evictions"), 1);
+}
+
 TEST(MappingCache, MemoryThatAClientStillMapsIsNeverLentAndGoesOnceItUnmaps) {
   if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
   Daemon daemon(SmallPool());
