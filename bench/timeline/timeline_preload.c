@@ -182,62 +182,25 @@ void gpubroker_timeline_mark(int code) {
   note(kMark, code, -1, 0, t);
 }
 
-ssize_t read(int fd, void* buf, size_t n) {
-  RESOLVED(real_read);
-  const uint64_t t = now_ns();
-  const ssize_t r = real_read(fd, buf, n);
-  const int saved = errno;
-  note(kRead, fd, -1, outcome(r), t);
-  errno = saved;
-  return r;
-}
+// Each call: timed, recorded with `fd` and `timeout` (-1: none), its errno kept.
+#define TRACED(type, name, op, fd_arg, timeout_arg, params, args) \
+  type name params {                                              \
+    RESOLVED(real_##name);                                        \
+    const uint64_t t = now_ns();                                  \
+    const type r = real_##name args;                              \
+    const int saved = errno;                                      \
+    note(op, fd_arg, timeout_arg, outcome(r), t);                 \
+    errno = saved;                                                \
+    return r;                                                     \
+  }
 
-ssize_t write(int fd, const void* buf, size_t n) {
-  RESOLVED(real_write);
-  const uint64_t t = now_ns();
-  const ssize_t r = real_write(fd, buf, n);
-  const int saved = errno;
-  note(kWrite, fd, -1, outcome(r), t);
-  errno = saved;
-  return r;
-}
-
-ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
-  RESOLVED(real_recvmsg);
-  const uint64_t t = now_ns();
-  const ssize_t r = real_recvmsg(fd, msg, flags);
-  const int saved = errno;
-  note(kRecvmsg, fd, -1, outcome(r), t);
-  errno = saved;
-  return r;
-}
-
-ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
-  RESOLVED(real_sendmsg);
-  const uint64_t t = now_ns();
-  const ssize_t r = real_sendmsg(fd, msg, flags);
-  const int saved = errno;
-  note(kSendmsg, fd, -1, outcome(r), t);
-  errno = saved;
-  return r;
-}
-
-int poll(struct pollfd* fds, nfds_t n, int timeout) {
-  RESOLVED(real_poll);
-  const uint64_t t = now_ns();
-  const int r = real_poll(fds, n, timeout);
-  const int saved = errno;
-  note(kPoll, n > 0 ? fds[0].fd : -1, timeout, outcome(r), t);
-  errno = saved;
-  return r;
-}
-
-int epoll_wait(int epfd, struct epoll_event* events, int max, int timeout) {
-  RESOLVED(real_epoll_wait);
-  const uint64_t t = now_ns();
-  const int r = real_epoll_wait(epfd, events, max, timeout);
-  const int saved = errno;
-  note(kEpollWait, epfd, timeout, outcome(r), t);
-  errno = saved;
-  return r;
-}
+TRACED(ssize_t, read, kRead, fd, -1, (int fd, void* buf, size_t n), (fd, buf, n))
+TRACED(ssize_t, write, kWrite, fd, -1, (int fd, const void* buf, size_t n), (fd, buf, n))
+TRACED(ssize_t, recvmsg, kRecvmsg, fd, -1, (int fd, struct msghdr* msg, int flags),
+       (fd, msg, flags))
+TRACED(ssize_t, sendmsg, kSendmsg, fd, -1, (int fd, const struct msghdr* msg, int flags),
+       (fd, msg, flags))
+TRACED(int, poll, kPoll, n > 0 ? fds[0].fd : -1, timeout,
+       (struct pollfd * fds, nfds_t n, int timeout), (fds, n, timeout))
+TRACED(int, epoll_wait, kEpollWait, epfd, timeout,
+       (int epfd, struct epoll_event* events, int max, int timeout), (epfd, events, max, timeout))
