@@ -27,6 +27,8 @@ WAITS = {"poll", "epoll_wait"}
 
 # bench/timeline/marks.h
 SEAL, SEAL_POSTED, OPENED, WAITED, SYNCED, PING, PING_END = 10, 12, 20, 21, 22, 30, 31
+# common/trace.h
+DECODED, SERVED, PARKED_ANSWER, ANSWER_TAKEN, MAPPED = 100, 101, 102, 110, 111
 
 
 class Rec:
@@ -163,6 +165,20 @@ def seal_wait(processes, code, show=None):
         add("daemon: A's send starts -> its epoll_wait returned", woke.end - sent.start)
         add("daemon: epoll_wait returned -> A's frame read", frame.end - woke.end)
         add("daemon: A's frame read -> its answer to B starts", answer.start - frame.end)
+        # The daemon's own trace marks (common/trace.h), where it has them.
+        steps = [frame]
+        for code in (DECODED, SERVED, PARKED_ANSWER):
+            m = first(dmn, steps[-1].end, lambda r, c=code: r.op == "mark" and r.fd == c
+                      and r.tid == frame.tid)
+            if m is None or m.end > answer.start:
+                break
+            steps.append(m)
+        if len(steps) == 4:
+            add("  of which: the frame decoded", steps[1].end - frame.end)
+            add("  of which: the Publish served (registry, parked Open answered)",
+                steps[2].end - steps[1].end)
+            add("  of which: to the parked answer's frame", steps[3].end - steps[2].end)
+            add("  of which: encoding it", answer.start - steps[3].end)
         add("daemon: its send call to B (waking B)", answer.end - answer.start)
         b_slept = b_woke is not None and b_woke.timeout != 0 and b_woke.start < answer.start
         add("B: slept in poll (1 = yes)", 1e3 if b_slept else 0)
@@ -170,6 +186,15 @@ def seal_wait(processes, code, show=None):
             (b_woke.end if b_slept else b_read.start) - answer.start)
         add("B: the daemon's send starts -> B read the answer", b_read.end - answer.start)
         add("B: read -> its Open returned (parse, map)", done.start - b_read.end)
+        taken = first(b, b_read.end, lambda r: r.op == "mark" and r.fd == ANSWER_TAKEN
+                      and r.tid == done.tid)
+        mapped = first(b, b_read.end, lambda r: r.op == "mark" and r.fd == MAPPED
+                       and r.tid == done.tid)
+        if taken is not None and mapped is not None and mapped.end <= done.start:
+            add("  of which: the answer taken in (parse, the call's return)",
+                taken.end - b_read.end)
+            add("  of which: the map", mapped.end - taken.end)
+            add("  of which: the rest of Open", done.start - mapped.end)
         add("total: A's mark -> B's Open returned", done.start - start.start)
     return rows
 

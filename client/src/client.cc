@@ -16,6 +16,7 @@
 #include "common/paths.h"
 #include "common/strings.h"
 #include "common/token.h"
+#include "common/trace.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "common/wire/routing.h"
@@ -655,9 +656,11 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
   impl_->FinishReleases(false);
   const v1::OpenResponse resp = impl_->AskOpen(id, name, options);
+  Trace(TraceMark::kClientAnswerTaken);
   Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
   if (!options.map) return buffer;
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
+  Trace(TraceMark::kClientMapped);
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;
 }

@@ -16,6 +16,7 @@
 #include "common/refusal.h"
 #include "common/spin.h"
 #include "common/strings.h"
+#include "common/trace.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "daemon/service/convert.h"
@@ -495,6 +496,7 @@ Metrics::SessionCall CallOf(const v1::SessionFrame& frame) {
 }  // namespace
 
 SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
+  Trace(TraceMark::kDaemonFrameDecoded);
   const auto start = std::chrono::steady_clock::now();
   const Outcome outcome = Serve(c, frame);
   metrics_.SessionCallServed(
@@ -655,6 +657,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
                                absl::InvalidArgumentError("Call frame without a request"));
     }
   }
+  Trace(TraceMark::kDaemonCallServed);
   if (!status.ok()) {
     reply.Clear();
     ToErrorFrame(status, call.request_id(), reply.mutable_error());
@@ -721,6 +724,7 @@ void SessionServer::AnswerParked(int serving_fd) {
     } else {
       ToErrorFrame(done.status, done.request_id, frame.mutable_error());
     }
+    Trace(TraceMark::kDaemonParkedAnswer);
     if (SendFrame(c, frame) == Outcome::kDrop) {
       EndSession(c, false);
       Remove(done.fd);

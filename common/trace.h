@@ -1,0 +1,27 @@
+#pragma once
+
+// Trace marks: points in the daemon's and the client's work that a timeline
+// of socket calls (bench/timeline/timeline_preload.c, loaded with
+// LD_PRELOAD) records beside the calls, so that bench/timeline.py can say
+// where the time between two socket calls went. Without that library a
+// mark is a load and a branch.
+
+#include <dlfcn.h>
+
+namespace gpubroker {
+
+enum class TraceMark : int {
+  kDaemonFrameDecoded = 100,  ///< session.sock's thread has a whole frame
+  kDaemonCallServed = 101,    ///< ... and served its call (the registry's work)
+  kDaemonParkedAnswer = 102,  ///< ... and is about to send a parked Open's answer
+  kClientAnswerTaken = 110,   ///< a client has its call's answer, parsed
+  kClientMapped = 111,        ///< ... and the buffer mapped
+};
+
+inline void Trace(TraceMark mark) {
+  using Fn = void (*)(int);
+  static const Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "gpubroker_timeline_mark"));
+  if (fn != nullptr) fn(static_cast<int>(mark));
+}
+
+}  // namespace gpubroker
