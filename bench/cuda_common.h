@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/stats.h"
 #include "common/cuda/cuda_util.h"
 #include "common/unix_socket.h"
 
@@ -61,13 +62,6 @@ inline Msg Receive(int fd, UniqueFd* got_fd = nullptr) {
 inline Msg Ask(int fd, const Msg& m, int pass_fd = -1) {
   Send(fd, m, pass_fd);
   return Receive(fd);
-}
-
-/// CLOCK_MONOTONIC in ns: comparable between processes of one machine.
-inline uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 inline const cuda::DriverApi& Driver() {

@@ -56,10 +56,13 @@ constexpr BufferId kWaitByName = BufferId{1} << 60;
 // kPing: B answers at once, and nothing else.
 constexpr BufferId kPing = BufferId{1} << 59;
 
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
+// Writes a tag that carries bytes (a name, a ticket) to B: the tag, the
+// bytes' length, the bytes. False when B is gone.
+bool SendTagged(int fd, BufferId tag, std::string_view bytes) {
+  const auto n = static_cast<uint32_t>(bytes.size());
+  std::string msg(reinterpret_cast<const char*>(&tag), sizeof(tag));
+  msg.append(reinterpret_cast<const char*>(&n), sizeof(n)).append(bytes);
+  return ::write(fd, msg.data(), msg.size()) == static_cast<ssize_t>(msg.size());
 }
 
 int ServeOpen(const std::string& socket_dir, int fd) {
@@ -142,19 +145,10 @@ double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool post
   bool sent = false;
   if (ticket) {
     b.seal_posted();
-    const std::string t = b.ticket();
-    const BufferId by_ticket = kByTicket;
-    const auto n = static_cast<uint32_t>(t.size());
-    std::string msg(reinterpret_cast<const char*>(&by_ticket), sizeof(by_ticket));
-    msg.append(reinterpret_cast<const char*>(&n), sizeof(n)).append(t);
-    sent = ::write(peer.channel.get(), msg.data(), msg.size()) == static_cast<ssize_t>(msg.size());
+    sent = SendTagged(peer.channel.get(), kByTicket, b.ticket());
   } else if (posted) {
     b.seal_posted();
-    const BufferId by_name = kByName;
-    const auto n = static_cast<uint32_t>(ao.name.size());
-    std::string msg(reinterpret_cast<const char*>(&by_name), sizeof(by_name));
-    msg.append(reinterpret_cast<const char*>(&n), sizeof(n)).append(ao.name);
-    sent = ::write(peer.channel.get(), msg.data(), msg.size()) == static_cast<ssize_t>(msg.size());
+    sent = SendTagged(peer.channel.get(), kByName, ao.name);
   } else {
     if (seal) b.seal();
     const BufferId id = seal ? b.id() : (b.id() | kUnsealed);
@@ -177,12 +171,8 @@ double RunSealWait(Client& client, Child& peer, bool posted) {
   AllocateOptions ao;
   ao.name = StrCat("bench.seal.", ::getpid(), ".", serial++);
   Buffer b = client.allocate(4096, ao);
-  const BufferId wait_by_name = kWaitByName;
-  const auto n = static_cast<uint32_t>(ao.name.size());
-  std::string msg(reinterpret_cast<const char*>(&wait_by_name), sizeof(wait_by_name));
-  msg.append(reinterpret_cast<const char*>(&n), sizeof(n)).append(ao.name);
   char ack = 0;
-  if (::write(peer.channel.get(), msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) ||
+  if (!SendTagged(peer.channel.get(), kWaitByName, ao.name) ||
       ::read(peer.channel.get(), &ack, 1) != 1) {
     throw std::runtime_error("share peer is gone");
   }

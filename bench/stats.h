@@ -37,6 +37,13 @@ struct Samples {
   double p99() const { return Percentile(0.99); }
 };
 
+/// CLOCK_MONOTONIC in ns: comparable between processes of one machine.
+inline uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 inline double ElapsedUs(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - since)
       .count();
