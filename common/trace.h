@@ -18,10 +18,14 @@ enum class TraceMark : int {
   kClientMapped = 111,        ///< ... and the buffer mapped
 };
 
-inline void Trace(TraceMark mark) {
+/// Records `code` in the timeline, if the library is loaded (it is looked
+/// up once). Codes under 100 are the benchmark's (bench/timeline/marks.h).
+inline void TraceCode(int code) {
   using Fn = void (*)(int);
   static const Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "gpubroker_timeline_mark"));
-  if (fn != nullptr) fn(static_cast<int>(mark));
+  if (fn != nullptr) fn(code);
 }
+
+inline void Trace(TraceMark mark) { TraceCode(static_cast<int>(mark)); }
 
 }  // namespace gpubroker

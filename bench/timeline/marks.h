@@ -3,7 +3,7 @@
 // Marks in the socket-call timeline that libgpubroker-timeline.so records
 // when it is loaded (bench/timeline/timeline_preload.c); bench/timeline.py
 // knows the same codes. Without the library a mark costs one branch.
-#include <dlfcn.h>
+#include "common/trace.h"
 
 namespace gpubroker::bench {
 
@@ -19,10 +19,6 @@ enum TimelineMark : int {
   kMarkPingEnd = 31,    // A, the answer in
 };
 
-inline void Mark(TimelineMark code) {
-  using Fn = void (*)(int);
-  static const Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "gpubroker_timeline_mark"));
-  if (fn != nullptr) fn(code);
-}
+inline void Mark(TimelineMark code) { TraceCode(code); }
 
 }  // namespace gpubroker::bench
