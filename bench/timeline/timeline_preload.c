@@ -101,6 +101,18 @@ __attribute__((constructor)) static void start(void) {
   pthread_atfork(NULL, NULL, forked_child);
 }
 
+// True when all `size` bytes went.
+static int write_all(int fd, const void* data, size_t size) {
+  const char* at = data;
+  while (size > 0) {
+    const ssize_t w = real_write(fd, at, size);
+    if (w <= 0) return 0;
+    at += w;
+    size -= (size_t)w;
+  }
+  return 1;
+}
+
 __attribute__((destructor)) static void finish(void) {
   const char* dir = getenv("GPUBROKER_TIMELINE_DIR");
   if (dir == NULL || records == NULL || getpid() != owner) return;
@@ -110,7 +122,8 @@ __attribute__((destructor)) static void finish(void) {
   snprintf(path, sizeof(path), "%s/timeline.%d.bin", dir, (int)owner);
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  // Header: "GBTL", version 1, the record count, then the program's name.
+  // Header: "GBTL", version 1, the record count, the records lost, then the
+  // program's name.
   char header[64] = "GBTL";
   const uint32_t version = 1;
   memcpy(header + 4, &version, 4);
@@ -119,21 +132,8 @@ __attribute__((destructor)) static void finish(void) {
   memcpy(header + 12, &lost, 4);
   const char* name = program_invocation_short_name;
   strncpy(header + 16, name, sizeof(header) - 17);
-  size_t left = sizeof(header);
-  const char* at = header;
-  while (left > 0) {
-    const ssize_t w = real_write(fd, at, left);
-    if (w <= 0) break;
-    at += w;
-    left -= (size_t)w;
-  }
-  left = (size_t)n * sizeof(struct Record);
-  at = (const char*)records;
-  while (left > 0) {
-    const ssize_t w = real_write(fd, at, left);
-    if (w <= 0) break;
-    at += w;
-    left -= (size_t)w;
+  if (write_all(fd, header, sizeof(header))) {
+    write_all(fd, records, (size_t)n * sizeof(struct Record));
   }
   close(fd);
 }
