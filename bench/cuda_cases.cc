@@ -409,6 +409,15 @@ int RunCuda(const Options& o) {
                                 &add("    of which until B's Open(wait) returned (answer, map)"),
                                 &add("    of which B's stream wait call after it (wait_ready)"),
                                 &add("    of which B's stream synchronize after its wait")};
+  // The same with B's Open(wait) waiting awake (OpenOptions::awake, 5 ms):
+  // B polls its socket, and the daemon's session thread polls while B's
+  // Open is parked, instead of both sleeping until A's seal wakes them.
+  SealWaitRows seal_wait_awake{
+      &add("  variant: B waits awake (Open(wait) with awake = 5 ms; A's seal confirmed)"),
+      &add("    of which A's seal call"),
+      &add("    of which until B's Open(wait) returned (answer, map)"),
+      &add("    of which B's stream wait call after it (wait_ready)"),
+      &add("    of which B's stream synchronize after its wait")};
   // B waits in Open for a name; A seals it after 2 ms, so that B is parked.
   // A share whose consumer asked first, as a consumer that knows the name
   // does: B waits in Open(wait, allow_unsealed) before A allocates, so the
@@ -443,17 +452,19 @@ int RunCuda(const Options& o) {
     b.release();
   };
 
-  auto seal_and_wait = [&](int i, const SealWaitRows& rows, bool keep, bool posted) {
+  auto seal_and_wait = [&](int i, const SealWaitRows& rows, bool keep, bool posted,
+                           bool awake = false) {
     AllocateOptions ao;
-    ao.name = StrCat("bench.seal.", posted ? "posted." : "", i);
+    ao.name = StrCat("bench.seal.", posted ? "posted." : "", awake ? "awake." : "", i);
     Buffer b = client.allocate(64 * kMiB, ao);
     Msg m;
     m.op = kOpenWait;
+    if (awake) m.variant = kOpenAwake;
     std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
     Send(peer.fd(), m);
     Receive(peer.fd());  // B is about to wait
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    Mark(posted ? kMarkSealPostedStart : kMarkSealStart);
+    Mark(awake ? kMarkSealAwakeStart : posted ? kMarkSealPostedStart : kMarkSealStart);
     const uint64_t t0 = NowNs();
     if (posted) {
       b.seal_posted(stream);
@@ -477,7 +488,7 @@ int RunCuda(const Options& o) {
   // (A to the daemon, the daemon to B).
   Samples& cold_ping = add("A <-> B round trip after 2 ms idle (bare Unix socket)");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   const int n64 = o.iterations;
   for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
@@ -495,7 +506,8 @@ int RunCuda(const Options& o) {
                                           "ping after 2 ms idle",
                                           "seal + wait, posted seal",
                                           "broker share 64 MiB, posted seal",
-                                          "broker share 64 MiB, ticket"};
+                                          "broker share 64 MiB, ticket",
+                                          "seal + wait, B awake"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -542,6 +554,9 @@ int RunCuda(const Options& o) {
           break;
         case 11:
           broker_share(64 * kMiB, ticket64, keep, false, true, true);
+          break;
+        case 12:
+          seal_and_wait(i, seal_wait_awake, keep, false, true);
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -949,6 +964,10 @@ int RunCuda(const Options& o) {
   seal_wait.total->baseline_us = 2 * cold_ping.p50();
   seal_wait_posted.total->baseline = "2 x round trip after 2 ms idle (want <= 1x)";
   seal_wait_posted.total->baseline_us = 2 * cold_ping.p50();
+  // Against the same sleeping round trips: what waiting awake buys is the
+  // two wake-ups, paid for with a CPU in B and one in the daemon meanwhile.
+  seal_wait_awake.total->baseline = "2 x round trip after 2 ms idle (want <= 1x)";
+  seal_wait_awake.total->baseline_us = 2 * cold_ping.p50();
   for (const SizeRows& r : by_size) {
     if (torch_rows.count(r.size) != 0) {
       r.share.total->baseline = "torch.mp (want <= 0.2x)";

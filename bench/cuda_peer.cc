@@ -4,6 +4,7 @@
 #include "bench/options.h"
 
 #ifdef GPUBROKER_HAVE_CUDA
+#include <chrono>
 #include <cstdio>
 #include <optional>
 
@@ -139,6 +140,7 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         OpenOptions oo;
         oo.wait = true;
         oo.allow_unsealed = m.variant == kOpenEarly;
+        if (m.variant == kOpenAwake) oo.awake = std::chrono::microseconds(kOpenAwakeUs);
         state.buffer.emplace(client.open(std::string_view(m.data), oo));
         reply.c = NowNs();  // answered and mapped
         Mark(kMarkOpenReturned);

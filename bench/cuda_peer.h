@@ -27,5 +27,9 @@ enum PeerOp : uint32_t {
 // at A's Allocate and maps while A does), then its stream waits for A's seal,
 // and B writes 4 bytes before it synchronizes.
 constexpr uint32_t kOpenEarly = 1;
+// kOpenWait's variant: B's Open(wait) waits awake (OpenOptions::awake,
+// kOpenAwakeUs) instead of sleeping until the seal comes.
+constexpr uint32_t kOpenAwake = 2;
+constexpr int64_t kOpenAwakeUs = 5000;
 
 }  // namespace gpubroker::bench

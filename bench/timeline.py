@@ -26,7 +26,8 @@ SENDS = {"write", "sendmsg"}
 WAITS = {"poll", "epoll_wait"}
 
 # bench/timeline/marks.h
-SEAL, SEAL_POSTED, OPENED, WAITED, SYNCED, PING, PING_END = 10, 12, 20, 21, 22, 30, 31
+SEAL, SEAL_POSTED, SEAL_AWAKE, OPENED, WAITED, SYNCED, PING, PING_END = (
+    10, 12, 13, 20, 21, 22, 30, 31)
 # common/trace.h
 DECODED, SERVED, PARKED_ANSWER, ANSWER_TAKEN, MAPPED = 100, 101, 102, 110, 111
 
@@ -260,6 +261,10 @@ def main():
     report("seal + wait, A's seal confirmed", cut[0])
     report("seal + wait, A's seal posted", cut[1])
     report("round trip after 2 ms idle", cut[2])
+    # B waiting awake: the CUDA benchmark's case (the host one has none).
+    awake = seal_wait(processes, SEAL_AWAKE, args.show)
+    if awake:
+        report("seal + wait, B waiting awake (Open(wait) with awake)", awake)
     if not all(cut):
         sys.exit("some cases had no iteration to cut: was this a gpubroker-bench run, "
                  "with the library loaded in every process?")

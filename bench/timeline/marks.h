@@ -11,6 +11,7 @@ enum TimelineMark : int {
   // seal + wait (A seals a named buffer B waits for in Open(wait)):
   kMarkSealStart = 10,        // A, before its seal
   kMarkSealPostedStart = 12,  // A, before its posted seal
+  kMarkSealAwakeStart = 13,   // A, before its seal of a name B waits for awake
   kMarkOpenReturned = 20,     // B, its Open(wait) returned (answered, mapped)
   kMarkWaitReturned = 21,     // B, its stream wait call returned (CUDA)
   kMarkSynced = 22,           // B, its stream synchronized (CUDA)

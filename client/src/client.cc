@@ -440,7 +440,8 @@ v1::OpenResponse ClientImpl::AskOpen(BufferId id, std::string_view name,
   // client's other calls meanwhile. A daemon that does not say it parks
   // them gets them through gRPC.
   const auto wait = options.wait ? options.timeout : std::chrono::milliseconds(0);
-  if ((!options.wait || waits_on_session()) && Call(std::move(call), &reply, wait)) {
+  const auto awake = options.wait ? options.awake : std::chrono::microseconds(0);
+  if ((!options.wait || waits_on_session()) && Call(std::move(call), &reply, wait, awake)) {
     resp = std::move(*reply.mutable_open());
     if (DebugOn()) Debug(StrCat("open buffer ", resp.buffer().id(), CallTiming()));
     return resp;
@@ -653,7 +654,23 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   return buffer;
 }
 
+namespace {
+
+// `awake` shapes a wait: an Open that does not wait has none to keep awake.
+void CheckAwake(const OpenOptions& options) {
+  if (options.awake.count() < 0) {
+    ThrowError(ErrorCode::kInvalidArgument, "open: awake is negative");
+  }
+  if (options.awake.count() > 0 && !options.wait) {
+    ThrowError(ErrorCode::kInvalidArgument,
+               "open: awake applies to an open that waits for its buffer (set wait)");
+  }
+}
+
+}  // namespace
+
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
+  CheckAwake(options);
   impl_->FinishReleases(false);
   const v1::OpenResponse resp = impl_->AskOpen(id, name, options);
   Trace(TraceMark::kClientAnswerTaken);
@@ -709,6 +726,7 @@ Buffer Client::OpenPosted(BufferId id, std::string_view name, const OpenOptions&
     ThrowError(ErrorCode::kInvalidArgument,
                "a posted open does not wait: use open(wait) (it is parked in the daemon)");
   }
+  CheckAwake(options);
   if (options.stream != nullptr || !options.map) {
     ThrowError(ErrorCode::kInvalidArgument,
                "a posted open maps its buffer and orders no stream: call wait_ready(stream) "

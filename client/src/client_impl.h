@@ -128,7 +128,10 @@ class SessionChannel {
   /// Makes one broker call on the session's connection and waits for its
   /// Reply. Throws the daemon's refusal as an Error. False, with nothing sent,
   /// when the call does not fit in one frame (the caller uses gRPC instead).
-  bool Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout);
+  /// `awake`: the caller polls for the answer for this long from the call
+  /// before it blocks, where that is longer than the connection's spin.
+  bool Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
 
   /// Sends one broker call without waiting for its answer, and returns its
   /// request id for Collect. At most kMaxPosted answers are left unread: a
@@ -166,12 +169,16 @@ class SessionChannel {
   /// returns it, or throws the ErrorFrame that came instead, or why the
   /// session ended.
   v1::SessionFrame Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
-                            std::chrono::milliseconds timeout);
+                            std::chrono::milliseconds timeout,
+                            std::chrono::microseconds awake = std::chrono::microseconds(0));
   /// Under `lock`: waits until `slot` (the request `id`) is done, reading for
   /// everyone while nobody else does. Throws, with the slot given up, when
   /// the session ends or `deadline` passes. `read`/`awake`: for Timing.
+  /// Until `awake_until`, a read polls instead of blocking (the connection's
+  /// spin applies besides).
   void Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint64_t id,
-             std::chrono::steady_clock::time_point deadline, bool* read, bool* awake);
+             std::chrono::steady_clock::time_point deadline, bool* read, bool* awake,
+             std::chrono::steady_clock::time_point awake_until = {});
   /// Reads what arrives within `timeout` and hands each frame to its slot,
   /// polling the socket for up to `spin` before it blocks. The reader's role
   /// is held (reading_); `lock` is released while reading.
@@ -260,7 +267,8 @@ class ClientImpl {
   /// timeout (`extra` on top: a waiting Open's own timeout); it carries this
   /// client's counters.
   bool Call(v1::Call call, v1::Reply* reply,
-            std::chrono::milliseconds extra = std::chrono::milliseconds(0));
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0),
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
   /// A data-path call posted on the session's connection (its answer is
   /// taken later by CollectCall); 0, with nothing sent, when it does not
   /// fit in a frame.

@@ -181,10 +181,12 @@ void ClientImpl::AttachCounters(v1::Call& call, bool always) {
 
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
 
-bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds extra) {
+bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds extra,
+                      std::chrono::microseconds awake) {
   CheckProcess();
   AttachCounters(call);
-  const bool sent = session_channel_->Call(std::move(call), reply, options_.call_timeout + extra);
+  const bool sent =
+      session_channel_->Call(std::move(call), reply, options_.call_timeout + extra, awake);
   DrainReturned();
   ServeUnmapRequests();
   return sent;

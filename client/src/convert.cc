@@ -46,6 +46,9 @@ v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOpti
   req.set_wait(options.wait);
   req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
   req.set_allow_unsealed(options.allow_unsealed);
+  if (options.wait && options.awake.count() > 0) {
+    req.set_awake_us(static_cast<uint64_t>(options.awake.count()));
+  }
   return req;
 }
 

@@ -217,7 +217,8 @@ void SessionChannel::ReleaseOrphans() {
 }
 
 v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout,
+                                          std::chrono::microseconds awake) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   Slot slot;
@@ -241,9 +242,11 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   const auto sent = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   bool read = false;
-  bool awake = false;
+  bool awake_read = false;
   try {
-    Await(lock, slot, id, deadline, &read, &awake);
+    // Never past the deadline (which also keeps the sum from overflowing).
+    Await(lock, slot, id, deadline, &read, &awake_read,
+          start + std::min<std::chrono::microseconds>(awake, timeout));
   } catch (...) {
     CallerOut();  // Await throws with the lock held
     throw;
@@ -251,9 +254,9 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   CallerOut();
   last_timing.send_us = std::chrono::duration<double, std::micro>(sent - start).count();
   last_timing.answer_us = MicrosSince(sent);
-  last_timing.how = !read   ? "read by another caller"
-                    : awake ? "while waiting awake"
-                            : "after blocking";
+  last_timing.how = !read        ? "read by another caller"
+                    : awake_read ? "while waiting awake"
+                                 : "after blocking";
   const bool orphans = !orphans_.empty();
   lock.unlock();
   if (read && orphans) ReleaseOrphans();
@@ -263,8 +266,8 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
 }
 
 void SessionChannel::Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint64_t id,
-                           std::chrono::steady_clock::time_point deadline, bool* read,
-                           bool* awake) {
+                           std::chrono::steady_clock::time_point deadline, bool* read, bool* awake,
+                           std::chrono::steady_clock::time_point awake_until) {
   while (!slot.done) {
     if (!ended_.ok()) {
       slots_.erase(id);
@@ -282,10 +285,14 @@ void SessionChannel::Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint6
     // Nobody reads: this caller reads for everyone until its own answer is in.
     reading_ = true;
     *read = true;
+    // A wait asked to stay awake polls until its end (or its deadline).
+    const auto spin = std::max<std::chrono::microseconds>(
+        spin_, std::chrono::duration_cast<std::chrono::microseconds>(
+                   std::min(awake_until, deadline) - now));
     *awake = ReadSome(lock,
                       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                           std::chrono::milliseconds(1),
-                      spin_);
+                      spin);
     reading_ = false;
     answered_.notify_all();
   }
@@ -484,7 +491,8 @@ UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
   return fd;
 }
 
-bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout) {
+bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
+                          std::chrono::microseconds awake) {
   uint64_t id = 0;
   {
     std::lock_guard lock(mu_);
@@ -495,7 +503,7 @@ bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::millisec
   *frame.mutable_call() = std::move(call);
   const std::string bytes = EncodeFrame(frame);
   if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return false;
-  v1::SessionFrame answer = Exchange(bytes, id, nullptr, timeout);
+  v1::SessionFrame answer = Exchange(bytes, id, nullptr, timeout, awake);
   if (!answer.has_reply())
     ThrowError(ErrorCode::kInternal, "session.sock: Call answered with an FdGrant");
   *reply = std::move(*answer.mutable_reply());

@@ -166,6 +166,13 @@ const std::vector<OptionSpec> kOptions = {
      "sleeps: a hand-over's second call comes within it and finds the thread awake. Costs the "
      "daemon's CPU for that long after each burst of calls; 0: sleep at once.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_us, v); }},
+    {"max-wait-awake-us", "GPUBROKER_MAX_WAIT_AWAKE_US", "max_wait_awake_us", "MICROSECONDS",
+     "10000",
+     "The longest that an Open which waits for a seal and asks to wait awake keeps "
+     "session.sock's thread polling while it is parked, so that the seal finds the thread "
+     "running. Costs the daemon one CPU while such waits are parked; 0: never (the thread "
+     "sleeps as usual).",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_wait_awake_us, v); }},
     {"max-sessions-per-uid", "GPUBROKER_MAX_SESSIONS_PER_UID", "max_sessions_per_uid", "N", "256",
      "Connections to session.sock one uid may hold (each client process holds one); 0: no cap.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.max_sessions_per_uid, v); }},

@@ -26,10 +26,11 @@ struct DaemonOptions {
   std::string socket_group;
   std::string admin_group;  // its members (and root) see every tenant in Status
   uint64_t hello_timeout_ms = 5000;
-  uint32_t busy_poll_us = 100;       // session.sock's thread stays awake this long after a frame
-  uint64_t default_quota_bytes = 0;  // 0: unlimited
-  std::string devices;               // CUDA devices by UUID or ordinal; empty: all
-  std::string pool_bytes = "90%";    // per CUDA device: bytes or a share
+  uint32_t busy_poll_us = 100;         // session.sock's thread stays awake this long after a frame
+  uint32_t max_wait_awake_us = 10000;  // the longest an Open(wait, awake) keeps that thread awake
+  uint64_t default_quota_bytes = 0;    // 0: unlimited
+  std::string devices;                 // CUDA devices by UUID or ordinal; empty: all
+  std::string pool_bytes = "90%";      // per CUDA device: bytes or a share
   uint64_t vmm_threshold = uint64_t{2} << 30;
   uint64_t pool_retain = uint64_t{2} << 30;  // per CUDA pool: freed bytes kept mapped
   std::string small_buffers = "arena";       // "arena" or "pool"

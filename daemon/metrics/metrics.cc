@@ -225,6 +225,23 @@ Metrics::Metrics(const NodeStatusCollector& status)
                            .Register(*registry_);
   looked_ahead_[0] = &looked_ahead.Add({{"result", "refused"}});
   looked_ahead_[1] = &looked_ahead.Add({{"result", "found"}});
+  awake_waits_ = &prometheus::BuildCounter()
+                      .Name("gpubroker_session_awake_waits_total")
+                      .Help(
+                          "Opens parked on session.sock until their buffer is sealed that "
+                          "asked to wait awake (OpenRequest.awake_us): the session thread "
+                          "polls instead of sleeping while they wait, up to "
+                          "--max-wait-awake-us.")
+                      .Register(*registry_)
+                      .Add({});
+  awake_seconds_ = &prometheus::BuildCounter()
+                        .Name("gpubroker_session_awake_seconds_total")
+                        .Help(
+                            "Seconds session.sock's thread spent polling instead of sleeping "
+                            "for Opens that wait awake (beyond --busy-poll-us after a frame): "
+                            "the CPU those waits cost the daemon.")
+                        .Register(*registry_)
+                        .Add({});
   by_client_ = &client_allocations_.Add({{"path", "client"}});
   by_session_ = &client_allocations_.Add({{"path", "session"}});
   by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
@@ -350,6 +367,10 @@ void Metrics::UnmapRequested(uint64_t allocations) {
 }
 
 void Metrics::OpenLookedAhead(bool found) { looked_ahead_[found ? 1 : 0]->Increment(); }
+
+void Metrics::WaitAwakeAsked() { awake_waits_->Increment(); }
+
+void Metrics::WaitedAwake(double seconds) { awake_seconds_->Increment(seconds); }
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 

@@ -54,6 +54,10 @@ class Metrics {
   /// session.sock's thread serve the frames other sessions had sent first
   /// (posted seals); `found`: it was served after that.
   void OpenLookedAhead(bool found);
+  /// An Open that waits for a seal and asked to wait awake was parked.
+  void WaitAwakeAsked();
+  /// session.sock's thread polled `seconds` (instead of sleeping) for such waits.
+  void WaitedAwake(double seconds);
 
   /// A frame that session.sock's thread serves, by what it asks.
   enum class SessionCall {
@@ -102,7 +106,9 @@ class Metrics {
   prometheus::Counter& cache_misses_;
   prometheus::Counter& cache_evictions_;
   prometheus::Counter& unmap_requests_;
-  prometheus::Counter* looked_ahead_[2];    // [found]
+  prometheus::Counter* looked_ahead_[2];  // [found]
+  prometheus::Counter* awake_waits_;
+  prometheus::Counter* awake_seconds_;
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   prometheus::Histogram* session_calls_[kSessionCalls];
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;

@@ -144,7 +144,11 @@ void SessionServer::Loop() {
     // Awake for a while after serving something: the next call of a
     // hand-over (the consumer's Open after the producer's Publish) usually
     // comes within it, and finds this thread running instead of asleep.
-    const bool awake = options_.busy_poll.count() > 0 && now - last_event < options_.busy_poll;
+    const bool busy = options_.busy_poll.count() > 0 && now - last_event < options_.busy_poll;
+    // Awake too while a consumer waits awake for a seal (OpenRequest.awake_us).
+    const bool for_waits = awake_waits_ > 0 && now < awake_until_;
+    const bool awake = busy || for_waits;
+    const auto turn_start = now;
     const int n =
         ::epoll_wait(epoll_.get(), events, 64, awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
@@ -180,6 +184,16 @@ void SessionServer::Loop() {
     AnswerParked();
     now = std::chrono::steady_clock::now();
     if (n > 0) last_event = now;  // the busy poll counts from the end of serving
+    if (for_waits && !busy) {
+      awake_seconds_ += std::chrono::duration<double>(now - turn_start).count();
+    }
+    // Counted when the waits end or every 0.1 s: a counter's add per turn
+    // would slow the poll.
+    const bool still_awake = awake_waits_ > 0 && now < awake_until_;
+    if (awake_seconds_ > 0 && (!still_awake || awake_seconds_ >= 0.1)) {
+      metrics_.WaitedAwake(awake_seconds_);
+      awake_seconds_ = 0;
+    }
     if (!listening_ && now >= resume_accepting_) {
       epoll_event ev{};
       ev.events = EPOLLIN;
@@ -602,9 +616,11 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         // wait when it ends (AnswerParked); that reply may overtake others.
         WaitId parked = 0;
         const auto deadline = std::chrono::steady_clock::time_point::max();
-        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = call.request_id()](
+        const bool awake =
+            call.open().wait() && call.open().awake_us() > 0 && options_.max_wait_awake.count() > 0;
+        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = call.request_id(), awake](
                           absl::Status result, v1::OpenResponse resp) {
-          Post(Completion{fd, serial, id, std::move(result), std::move(resp)});
+          Post(Completion{fd, serial, id, std::move(result), std::move(resp), awake});
         };
         // An Open that does not wait is tried at once. Only one refused for a
         // reason that a frame already sent could end (a posted seal of its
@@ -617,7 +633,10 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
           now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer, &parked);
           metrics_.OpenLookedAhead(now && now->ok());
         }
-        if (!now) return Outcome::kKeep;
+        if (!now) {
+          if (awake) WaitAwake(call.open().awake_us());  // parked (only a wait parks)
+          return Outcome::kKeep;
+        }
         status = *now;
         break;
       }
@@ -684,6 +703,15 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   return Flush(c);
 }
 
+void SessionServer::WaitAwake(uint64_t awake_us) {
+  const auto awake = std::min<std::chrono::microseconds>(
+      options_.max_wait_awake,
+      std::chrono::microseconds(std::min<uint64_t>(awake_us, uint64_t{1} << 40)));
+  awake_waits_++;
+  awake_until_ = std::max(awake_until_, std::chrono::steady_clock::now() + awake);
+  metrics_.WaitAwakeAsked();
+}
+
 void SessionServer::Post(Completion completion) {
   {
     absl::MutexLock lock(&completions_mu_);
@@ -712,6 +740,7 @@ void SessionServer::AnswerParked(int serving_fd) {
     }
   }
   for (Completion& done : ready) {
+    if (done.awake) awake_waits_--;  // the loop sleeps again once none is left
     auto it = connections_.find(done.fd);
     // The connection has gone (its session's end answered its waits), or its
     // descriptor now belongs to a newer one.

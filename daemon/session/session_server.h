@@ -57,6 +57,9 @@ class SessionServer {
     /// How long the loop polls for more after it served something, before
     /// it sleeps in epoll_wait (common/spin.h); 0: it sleeps at once.
     std::chrono::microseconds busy_poll{0};
+    /// The longest a parked Open that asks to wait awake (OpenRequest.awake_us)
+    /// keeps the loop polling; 0: never.
+    std::chrono::microseconds max_wait_awake{0};
   };
 
   SessionServer(BrokerCalls& calls, DescriptorBudget& descriptors, ReserveDescriptor& reserve,
@@ -109,9 +112,13 @@ class SessionServer {
     uint64_t request_id = 0;
     absl::Status status;
     v1::OpenResponse response;
+    bool awake = false;  // counted in awake_waits_ while parked
   };
 
   void Loop();
+  /// An Open that asked to wait awake for `awake_us` has been parked: the
+  /// loop polls until the wait ends or that time (capped) has passed.
+  void WaitAwake(uint64_t awake_us);
   /// Drops the peers that connected but never said Hello.
   void DropSilent(std::chrono::steady_clock::time_point now);
   void AcceptAll();
@@ -187,6 +194,11 @@ class SessionServer {
   };
   bool looking_ahead_ = false;
   bool answering_deferred_ = false;
+  // Parked Opens that asked to wait awake, the time until which the loop
+  // polls for them, and the seconds it has polled for them not yet counted.
+  int awake_waits_ = 0;
+  std::chrono::steady_clock::time_point awake_until_;
+  double awake_seconds_ = 0;
   std::vector<epoll_event> look_ahead_events_;
   std::vector<Deferred> after_look_ahead_;
   absl::Mutex completions_mu_;

@@ -179,5 +179,117 @@ TEST(ClientWaits, AConsumerThatAskedFirstWaitsForTheSealOnTheHost) {
   EXPECT_THROW(own.wait_sealed(), FailedPreconditionError);
 }
 
+// A consumer that waits awake (OpenOptions::awake) is answered as any
+// waiting Open is; the daemon's session thread polls while it is parked,
+// for no longer than --max-wait-awake-us, and sleeps again once the wait
+// ends or the cap has passed; the time it polled is counted.
+TEST(ClientWaits, AWaitThatStaysAwakeCostsTheDaemonOnlyWhileParkedAndWithinItsCap) {
+  Daemon daemon({"--max-wait-awake-us", "300000"});
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  OpenOptions awake;
+  awake.wait = true;
+  awake.timeout = 20s;
+  awake.awake = 2s;  // capped by the daemon at 300 ms; the client polls for the whole wait
+  std::atomic<bool> opened{false};
+  std::thread waiter([&] {
+    Buffer b = consumer.open("awake.frame", awake);
+    EXPECT_EQ(b.info().state, BufferState::kSealed);
+    EXPECT_EQ(b.size(), 8192u);
+    opened = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 1);
+  std::this_thread::sleep_for(100ms);
+  Helper producer(daemon.socket_dir());
+  producer.Ok("alloc p 8192 name=awake.frame");
+  producer.Ok("seal p");
+  waiter.join();
+  EXPECT_TRUE(opened);
+  // It polled from the park until the seal: at least the 100 ms slept above,
+  // and no more than the cap.
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_seconds_total") >= 0.09; }));
+  const double first = daemon.Metric("gpubroker_session_awake_seconds_total");
+  EXPECT_LE(first, 0.35);
+
+  // Nobody waits now: the daemon sleeps.
+  std::this_thread::sleep_for(100ms);
+  double before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_LT(CpuSeconds(daemon.pid()) - before, 0.2) << "the daemon kept polling after the wait";
+
+  // A wait longer than the cap: the daemon polls for the cap, then sleeps
+  // while the wait goes on until its timeout.
+  OpenOptions longer = awake;
+  longer.timeout = 1500ms;
+  longer.awake = 10s;
+  std::atomic<bool> timed_out{false};
+  std::thread patient([&] {
+    try {
+      consumer.open("never.sealed", longer);
+    } catch (const DeadlineExceededError&) {
+      timed_out = true;
+    }
+  });
+  std::this_thread::sleep_for(600ms);  // past the cap
+  before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_for(600ms);
+  EXPECT_LT(CpuSeconds(daemon.pid()) - before, 0.2) << "the daemon polled past its cap";
+  patient.join();
+  EXPECT_TRUE(timed_out);
+  const double second = daemon.Metric("gpubroker_session_awake_seconds_total") - first;
+  EXPECT_GE(second, 0.25);
+  EXPECT_LE(second, 0.35);
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 2);
+}
+
+// An operator who will not lend the daemon's CPU to waiting consumers sets
+// the cap to 0: a wait that asks to stay awake is answered all the same, and
+// the daemon's thread never polls for it.
+TEST(ClientWaits, NoWaitKeepsTheDaemonAwakeWhenItsCapIsZero) {
+  Daemon daemon({"--max-wait-awake-us", "0"});
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  std::thread waiter([&] {
+    OpenOptions o;
+    o.wait = true;
+    o.timeout = 20s;
+    o.awake = 1s;
+    EXPECT_EQ(consumer.open("capped.frame", o).size(), 4096u);
+  });
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  Helper producer(daemon.socket_dir());
+  producer.Ok("alloc p 4096 name=capped.frame");
+  producer.Ok("seal p");
+  waiter.join();
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 0);
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_seconds_total"), 0);
+}
+
+// `awake` shapes a wait: asked of an Open that does not wait, or negative,
+// it is refused before anything is sent.
+TEST(ClientWaits, AwakeWithoutAWaitIsRefused) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto client = Client::connect(daemon.socket_dir());
+  AllocateOptions named;
+  named.name = "awake.bad";
+  Buffer b = client.allocate(4096, named);
+  b.seal();
+  OpenOptions no_wait;
+  no_wait.awake = 1ms;
+  EXPECT_THROW(client.open("awake.bad", no_wait), InvalidArgumentError);
+  EXPECT_THROW(client.open_posted("awake.bad", no_wait), InvalidArgumentError);
+  OpenOptions negative;
+  negative.wait = true;
+  negative.awake = -1us;
+  EXPECT_THROW(client.open("awake.bad", negative), InvalidArgumentError);
+  OpenOptions fine;
+  fine.wait = true;
+  fine.awake = 1ms;
+  EXPECT_EQ(client.open("awake.bad", fine).size(), 4096u) << "a sealed buffer: answered at once";
+}
+
 }  // namespace
 }  // namespace gpubroker::testing

@@ -169,6 +169,32 @@ def test_open_with_wait_wakes_when_the_producer_seals(daemon, client, children):
     waiter.finish()
 
 
+def test_open_with_wait_can_wait_awake(daemon, client, children):
+    """`awake`: the consumer and the daemon's session thread poll while the
+    Open is parked; what is answered is the same."""
+    waiter = children("""
+        b = gpubroker.connect().open("py.awake", wait=True, timeout=20, awake=5)
+        say("opened", int(b.as_numpy()[0]))
+    """, daemon.dir)
+    assert eventually(lambda: daemon.metric("gpubroker_session_awake_waits_total") == 1)
+    buf = client.allocate(shape=(4,), dtype="uint8", name="py.awake")
+    buf.as_numpy()[0] = 7
+    buf.seal()
+    assert waiter.expect() == "opened 7"
+    waiter.finish()
+    assert eventually(lambda: daemon.metric("gpubroker_session_awake_seconds_total") > 0)
+
+
+def test_awake_needs_a_wait_and_a_non_negative_time(client):
+    buf = client.allocate(4096, name="py.awake.bad")
+    buf.seal()
+    with pytest.raises(gpubroker.InvalidArgument, match="awake"):
+        client.open("py.awake.bad", awake=0.001)
+    with pytest.raises(gpubroker.InvalidArgument, match="awake"):
+        client.open("py.awake.bad", wait=True, awake=-1)
+    assert client.open("py.awake.bad", wait=True, awake=0.001).nbytes == buf.nbytes == 4096
+
+
 def test_open_by_id_and_list_and_free(client):
     buf = client.allocate(4096, name="py.byid", keep=True)
     same = client.open(buf.id, allow_unsealed=True)

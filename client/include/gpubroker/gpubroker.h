@@ -133,6 +133,11 @@ typedef struct gpubroker_open_options {
    *  posted one after another share one round trip. Not with `wait`
    *  (GPUBROKER_INVALID_ARGUMENT). See Client::open_posted. */
   int posted;
+  /** With `wait`: µs this wait stays awake (polling, here and in the
+   *  daemon's session thread) before it sleeps, so that a seal within it
+   *  reaches the consumer without two wake-ups; costs a CPU here and one in
+   *  the daemon meanwhile. 0: both sleep. See OpenOptions::awake. */
+  int64_t awake_us;
 } gpubroker_open_options_t;
 
 /** @brief Options of gpubroker_connect_with. Initialize with gpubroker_connect_options_init. */

@@ -151,6 +151,15 @@ struct OpenOptions {
   /// memory (Buffer::data() is null; seal and wait_ready are refused). For
   /// tools that watch buffers: no mapping, and on a GPU no CUDA context.
   bool map = true;
+  /// With `wait`: how long this wait stays awake before it sleeps, counted
+  /// from the call. This thread polls its socket instead of blocking, and
+  /// the daemon's session thread polls too while the Open is parked (up to
+  /// the daemon's --max-wait-awake-us), so that a seal within it reaches
+  /// this consumer without two wake-ups of sleeping threads
+  /// (docs/fast-path.md, "Waiting awake for a seal"). Costs a CPU here and
+  /// one in the daemon for as long as it lasts; 0: both sleep (the
+  /// connection's `spin` still applies).
+  std::chrono::microseconds awake{0};
 };
 
 /// @brief Options of Client::connect.

@@ -139,6 +139,13 @@ def _ms(value: Union[None, float, timedelta], what: str) -> int:
     return int(round(seconds * 1000))
 
 
+def _us(value: Union[float, timedelta], what: str) -> int:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds >= 0:
+        raise InvalidArgument(f"{what} is negative or not a number")
+    return int(round(min(seconds, 1e9) * 1_000_000))  # a wait ends long before
+
+
 # Prepared options by tensor layout (shape, dtype, strides, byte_offset): a
 # program allocates the same few layouts over and over, and the library only
 # reads them. Bounded: cleared when full (a call in flight holds its own).
@@ -187,13 +194,13 @@ def _tensor_options(lib: Any, shape: Any, dtype: Any, strides: Any, byte_offset:
     return found
 
 
-_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool, bool], Any] = {}
+_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool, bool, int], Any] = {}
 
 
 def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unsealed: bool,
-                  posted: bool = False) -> Any:  # fmt: skip
+                  posted: bool = False, awake_us: int = 0) -> Any:  # fmt: skip
     """The open options for these values, made once: the C call only reads them."""
-    key = (wait, timeout_ms, allow_unsealed, posted)
+    key = (wait, timeout_ms, allow_unsealed, posted, awake_us)
     o = _OPEN_OPTIONS.get(key)
     if o is None:
         o = _lib.OpenOptions.from_buffer_copy(lib.open_defaults)
@@ -202,6 +209,7 @@ def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unseale
             o.timeout_ms = timeout_ms
         o.allow_unsealed = 1 if allow_unsealed else 0
         o.posted = 1 if posted else 0
+        o.awake_us = awake_us
         if len(_OPEN_OPTIONS) >= _CACHE_MAX:
             _OPEN_OPTIONS.clear()
         _OPEN_OPTIONS[key] = o
@@ -384,6 +392,7 @@ class Client:
         timeout: Union[None, float, timedelta] = None,
         allow_unsealed: bool = False,
         posted: bool = False,
+        awake: Union[None, float, timedelta] = None,
     ) -> Buffer:
         """Opens a buffer by name (``tenant/name`` for another tenant's share)
         or id, with a lease of its own.
@@ -391,6 +400,12 @@ class Client:
         `wait`: wait until it exists and is sealed, for `timeout` seconds
         (default 30). Raises NotFound, FailedPrecondition (not sealed and no
         wait), Timeout.
+
+        `awake` (with `wait`): seconds the wait stays awake before it sleeps,
+        polling in this process and in the daemon's session thread (up to the
+        daemon's ``--max-wait-awake-us``), so that a seal within it reaches
+        this consumer without two wake-ups of sleeping threads. Costs a CPU
+        here and one in the daemon for as long as it lasts.
 
         `posted`: return at once, without waiting for the daemon's answer,
         as ``claim(posted=True)`` does; the Buffer takes the answer in at its
@@ -402,9 +417,10 @@ class Client:
         """
         lib = self._lib
         o = None  # NULL: the defaults (no wait)
-        if wait or timeout is not None or allow_unsealed or posted:
+        if wait or timeout is not None or allow_unsealed or posted or awake is not None:
+            awake_us = 0 if awake is None else _us(awake, "awake")
             o = _open_options(lib, bool(wait), None if timeout is None else _ms(timeout, "timeout"),
-                              bool(allow_unsealed), bool(posted))  # fmt: skip
+                              bool(allow_unsealed), bool(posted), awake_us)  # fmt: skip
         out = c_void_p()
         h = self._enter()
         try:

@@ -67,6 +67,7 @@ class OpenOptions(Structure):
         ("timeout_ms", c_int64),
         ("allow_unsealed", c_int),
         ("posted", c_int),
+        ("awake_us", c_int64),
     ]
 
 
