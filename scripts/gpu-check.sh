@@ -76,7 +76,7 @@ cat "$out/consumer-steps.txt"
 step "C++ hand-over at 64 MiB, seal + wait (--quick)"
 timeout 90 gpubroker-bench --backend cuda --cases handover --sizes 64MiB --quick \
   --json-out "$out/bench-64mib.json" >"$out/bench-64mib.txt" 2>"$out/bench-64mib.err" || status=1
-grep -E "hand-over|seal \+ wait|round trip" "$out/bench-64mib.txt" | head -20
+grep -E "hand-over|seal \+ wait|waits awake|round trip" "$out/bench-64mib.txt" | head -20
 tail -3 "$out/bench-64mib.err"
 
 memory_mb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)

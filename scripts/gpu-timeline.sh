@@ -16,7 +16,7 @@ GPUBROKER_TIMELINE_DIR=$records LD_PRELOAD="$bundle/lib/libgpubroker-timeline.so
   timeout "${TIMEOUT:-120}" gpubroker-bench --backend cuda --cases handover --sizes 64MiB --quick \
   >"$out/bench-timeline.txt" 2>"$out/bench-timeline.err"
 status=$?
-grep -E "seal \+ wait|round trip" "$out/bench-timeline.txt"
+grep -E "seal \+ wait|waits awake|round trip" "$out/bench-timeline.txt"
 {
   python3 "$bundle/timeline.py" "$records"
   python3 "$bundle/timeline.py" "$records" --show 40 | sed -n '/^seal + wait #40, mark 12/,/^seal + wait, /p'
