@@ -28,6 +28,9 @@ import gpubroker
 now = time.perf_counter_ns
 # A channel waits in a blocking call before A starts: long enough for B to be in it.
 PARK_S = 0.002
+# How long B's open(wait=True, awake=...) stays awake in the case that asks
+# it: longer than PARK_S, so that A's seal comes within it.
+WAIT_AWAKE_S = 0.005
 
 
 # How a process waits on its channel ------------------------------------------------
@@ -176,6 +179,8 @@ CASES = {
     "broker-postedopen-cupy": ("gpubroker {a} -> {cupy}, posted seal and posted open "
                                "(open(posted=True))", "cupy", "pipe"),
     "broker-wait-cupy": ("gpubroker {a} -> {cupy}, B waits in open(wait=True)", "cupy", "wait"),
+    "broker-waitawake-cupy": ("gpubroker {a} -> {cupy}, B waits awake in open(wait=True, "
+                              "awake=5 ms), posted seal", "cupy", "wait"),
     "broker-ticket-cupy": ("gpubroker {a} -> {cupy}, the Buffer pickled into the message (ticket)",
                            "cupy", "pipe"),
     "tmp-pipe-cupy": ("torch.multiprocessing (Pipe) torch -> {cupy}", "cupy", "pipe"),
@@ -196,6 +201,7 @@ ISSUE_WINDOW = {
     "broker-posted-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-postedopen-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-wait-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
+    "broker-waitawake-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
     "broker-ticket-cupy": ("A: allocate", "A: wrap", "A: seal", "A: pickle", "B: unpickle",
                            "B: wrap"),
     "tmp-pipe-cupy": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
@@ -278,9 +284,10 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
             del a, msg
             buf.release()
             stamps[case, i] = [t_recv, t_loaded, t_wrap, t_write, t_sync, t_answer, now()]
-        elif case == "broker-wait-cupy":
+        elif case in ("broker-wait-cupy", "broker-waitawake-cupy"):
             conn.send("parked")
-            buf = client.open(msg[2], wait=True, timeout=30)
+            buf = client.open(msg[2], wait=True, timeout=30,
+                              awake=WAIT_AWAKE_S if case == "broker-waitawake-cupy" else None)
             t_open = now()
             a = fw.wrap(buf)
             t_wrap = now()
@@ -395,18 +402,20 @@ class Run:
         name = f"bench.{os.getpid()}.{self._n}"
         self._n += 1
         m: List[Tuple[str, int]] = []
+        waits = case in ("broker-wait-cupy", "broker-waitawake-cupy")  # B waits in the broker
         if case in ("broker-cupy", "broker-torch", "broker-wait-cupy", "broker-posted-cupy",
-                    "broker-postedopen-cupy"):  # fmt: skip
-            if case == "broker-wait-cupy":
+                    "broker-postedopen-cupy", "broker-waitawake-cupy"):  # fmt: skip
+            if waits:
                 self._park((case, i, name))
             t0 = now()
             buf = self.client.allocate(shape=(size,), dtype=p.dtype(), name=name)
             t1 = now()
             x = p.wrap(buf)  # what the producer would fill
             t2 = now()
-            buf.seal(p.stream, posted=case in ("broker-posted-cupy", "broker-postedopen-cupy"))
+            buf.seal(p.stream, posted=case in ("broker-posted-cupy", "broker-postedopen-cupy",
+                                               "broker-waitawake-cupy"))  # fmt: skip
             t3 = now()
-            if case != "broker-wait-cupy":
+            if not waits:
                 self._send((case, i, name))
             receive(self.conn, self.awake)
             t_end = now()
@@ -414,7 +423,7 @@ class Run:
             buf.release()
             self.after[case, i] = now() - t_end
             m = [("start", t0), ("A: allocate", t1), ("A: wrap (as_" + p.name + ")", t2)]
-            if case == "broker-wait-cupy":
+            if waits:
                 # B may wake before A's seal returns: the wake-up starts with the call.
                 self.aside[case, i] = {"A: the seal call (within the wake-up)": t3 - t2}
             else:
@@ -552,6 +561,7 @@ _B_STEPS = {
 _B_STEPS["broker-torch"] = _B_STEPS["broker-cupy"]
 _B_STEPS["broker-posted-cupy"] = _B_STEPS["broker-cupy"]
 _B_STEPS["broker-postedopen-cupy"] = _B_STEPS["broker-cupy"]
+_B_STEPS["broker-waitawake-cupy"] = _B_STEPS["broker-wait-cupy"]
 _ANSWER = {"pipe": "answer: B's send until A has it",
            "wait": "answer: B's send until A has it",
            "queue": "answer: B's put until A's get returns"}  # fmt: skip

@@ -173,6 +173,8 @@ COMPARISONS = [
      "torch -> {cupy} against torch.mp's Queue torch -> torch (the earlier headline)"),
     ("broker-wait-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, B waiting in the broker, against torch.mp (Pipe) -> {cupy}"),
+    ("broker-waitawake-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, B waiting awake in the broker, posted seal, against torch.mp (Pipe) -> {cupy}"),
     ("broker-posted-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, posted seal, the same channel (Pipe) and consumer work"),
     ("broker-postedopen-cupy", "tmp-pipe-cupy",
@@ -188,6 +190,8 @@ ISSUE_COMPARISONS = [
     ("broker-cupy", "tmp-pipe-cupy", "torch -> {cupy}, issue #12's steps"),
     ("broker-torch", "tmp-pipe-torch", "torch -> torch, issue #12's steps"),
     ("broker-wait-cupy", "tmp-pipe-cupy", "torch -> {cupy}, B waiting in the broker, issue #12's steps"),
+    ("broker-waitawake-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, B waiting awake in the broker, posted seal, issue #12's steps"),
     ("broker-posted-cupy", "tmp-pipe-cupy", "torch -> {cupy}, posted seal, issue #12's steps"),
     ("broker-postedopen-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, posted seal and open, issue #12's steps"),
@@ -207,7 +211,11 @@ TARGETS = [("broker-cupy vs tmp-pipe-cupy", "the full window, the same Pipe"),
            ("issue: broker-postedopen-cupy vs tmp-pipe-cupy",
             "issue #12's steps, posted seal and open"),
            ("broker-ticket-cupy vs tmp-pipe-cupy", "the full window, the same Pipe, ticket"),
-           ("issue: broker-ticket-cupy vs tmp-pipe-cupy", "issue #12's steps, ticket")]  # fmt: skip
+           ("issue: broker-ticket-cupy vs tmp-pipe-cupy", "issue #12's steps, ticket"),
+           ("broker-waitawake-cupy vs tmp-pipe-cupy",
+            "the full window, B waiting awake in the broker, posted seal"),
+           ("issue: broker-waitawake-cupy vs tmp-pipe-cupy",
+            "issue #12's steps, B waiting awake in the broker, posted seal")]  # fmt: skip
 
 
 def ratios(gpu: bool, producer: str, by_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:

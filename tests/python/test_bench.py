@@ -28,7 +28,7 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
 
     cases = report["handover"]["host"]["sizes"]["1 MiB"]
     expected = {"broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
-                "broker-ticket-cupy", "pipe-ping", "copy"}
+                "broker-waitawake-cupy", "broker-ticket-cupy", "pipe-ping", "copy"}
     if importlib.util.find_spec("torch") is not None:
         expected |= {"broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch", "tmp-queue-torch",
                      "queue-ping"}  # fmt: skip
@@ -42,7 +42,7 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     # B releases (or drops) after its answer, outside the timed window, in
     # the broker's cases as in torch.multiprocessing's.
     for name in ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
-                 "broker-ticket-cupy"):
+                 "broker-waitawake-cupy", "broker-ticket-cupy"):
         steps = [s["case"] for s in cases[name]["steps"]]
         after = [s["case"] for s in cases[name]["after"]]
         assert not any("release" in s for s in steps), steps
@@ -60,7 +60,7 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     # Issue #12's definition of the hand-over, on both sides: a part of the
     # full window, made of the steps it names and nothing else.
     for name in ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
-                 "broker-ticket-cupy", "copy") + (
+                 "broker-waitawake-cupy", "broker-ticket-cupy", "copy") + (
             ("broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch") if "tmp-pipe-cupy" in cases else ()):
         c = cases[name]
         assert 0 < c["issue_window"]["p50_us"] < c["total"]["p50_us"], (name, c)
