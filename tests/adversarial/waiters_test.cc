@@ -6,6 +6,7 @@
 // session and per tenant (RESOURCE_EXHAUSTED, reason LIMIT), and a wait that
 // names no deadline ends at the daemon's.
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "common/refusal.h"
@@ -114,6 +115,39 @@ TEST(Waiters, OnTheSessionSocketAWaitIsAnsweredAtTheSealWhileOtherCallsGoOn) {
   EXPECT_EQ((*answer)->reply().request_id(), wait_id);
   EXPECT_EQ((*answer)->reply().open().buffer().state(), v1::BUFFER_STATE_SEALED);
   EXPECT_EQ((*answer)->reply().open().buffer().size(), 4096u);
+}
+
+// A session that parks waits asking to be kept awake for ever (awake_us at
+// its largest) gets the daemon's cap, not its ask: the session thread polls
+// for at most --max-wait-awake-us after the last of them parked, however
+// many there are, keeps serving everyone else meanwhile, and sleeps after.
+TEST(Waiters, WaitsAskingToBeKeptAwakeForEverGetTheCapAndNobodyStalls) {
+  Daemon daemon({"--max-wait-awake-us", "200000"});
+  ASSERT_TRUE(daemon.ok());
+  RawSession hog(daemon.socket_dir());
+  ASSERT_TRUE(hog.ok());
+  for (int i = 0; i < 100; ++i) {
+    v1::Call call = WaitingOpen("never.sealed." + std::to_string(i), 3000);
+    call.mutable_open()->set_awake_us(std::numeric_limits<uint64_t>::max());
+    Send(hog, call);
+  }
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") == 100; }));
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 100);
+
+  // Served as usual meanwhile.
+  Helper bystander(daemon.socket_dir());
+  bystander.Ok("alloc b 4096");
+  bystander.Ok("release b");
+
+  // Past the cap the thread sleeps, though all 100 still wait.
+  std::this_thread::sleep_for(500ms);
+  const double before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_for(1s);
+  EXPECT_LT(CpuSeconds(daemon.pid()) - before, 0.25) << "the daemon polled past its cap";
+  EXPECT_EQ(daemon.Metric("gpubroker_waiting_opens"), 100);
+  const double polled = daemon.Metric("gpubroker_session_awake_seconds_total");
+  EXPECT_GT(polled, 0.1);
+  EXPECT_LT(polled, 0.5) << "100 waits cost one thread's polling, up to the cap, not 100 caps";
 }
 
 TEST(Waiters, WaitsAreCappedPerSessionAndPerTenantWithTheLimitReason) {
