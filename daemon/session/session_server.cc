@@ -740,7 +740,8 @@ void SessionServer::AnswerParked(int serving_fd) {
     }
   }
   for (Completion& done : ready) {
-    if (done.awake) awake_waits_--;  // the loop sleeps again once none is left
+    // The loop sleeps again once none is left; a later one counts from its own park.
+    if (done.awake && --awake_waits_ == 0) awake_until_ = {};
     auto it = connections_.find(done.fd);
     // The connection has gone (its session's end answered its waits), or its
     // descriptor now belongs to a newer one.
