@@ -602,7 +602,12 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
-  if (call.has_counters()) calls_.RecordCounters(c.view, call.counters());
+  // The client's counters ride on its calls. A seal's are booked after the
+  // consumers parked on it are answered (their wait is a hand-over's
+  // critical path), and before the producer's own answer goes, so that it
+  // finds them in the metrics on return; any other call's, first.
+  const bool seals = call.has_publish() || call.has_seal();
+  if (call.has_counters() && !seals) calls_.RecordCounters(c.view, call.counters());
   if (registry_.shutting_down()) {
     status = absl::UnavailableError("gpubrokerd is shutting down");
   } else {
@@ -680,7 +685,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   if (!status.ok()) {
     reply.Clear();
     ToErrorFrame(status, call.request_id(), reply.mutable_error());
-  } else if ((call.has_publish() || call.has_seal()) && !looking_ahead_ && !answering_deferred_) {
+  } else if (seals && !looking_ahead_ && !answering_deferred_) {
     // The consumers parked on this seal are answered before the producer:
     // their wait is a hand-over's critical path, and a producer that posted
     // its seal is not even waiting. (Only where this connection is the one
@@ -688,6 +693,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     // look-ahead further up the stack may be serving.)
     AnswerParked(c.fd.get());
   }
+  if (call.has_counters() && seals) calls_.RecordCounters(c.view, call.counters());
   // Blocks of this session's ranges that came back travel just before the
   // answer, in the same write: the daemon writes only when it answers.
   const std::vector<ReturnedBlock> returned = registry_.TakeReturnedBlocks(c.session);
