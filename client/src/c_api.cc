@@ -498,12 +498,18 @@ gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_t* buffer, void*
 }
 
 gpubroker_status_t gpubroker_buffer_wait_sealed(gpubroker_buffer_t* buffer, int64_t timeout_ms) {
+  return gpubroker_buffer_wait_sealed_awake(buffer, timeout_ms, 0);
+}
+
+gpubroker_status_t gpubroker_buffer_wait_sealed_awake(gpubroker_buffer_t* buffer,
+                                                      int64_t timeout_ms, int64_t awake_us) {
   GPUBROKER_CHECK_ARG(buffer != nullptr);
   if (const auto s = SettleClaim(*buffer); s != GPUBROKER_OK) return s;
   return Guard([&] {
     CheckNotForked(*buffer->held);
-    buffer->buffer().wait_sealed(timeout_ms < 0 ? std::chrono::milliseconds(30000)
-                                                : std::chrono::milliseconds(timeout_ms));
+    buffer->buffer().wait_sealed(
+        timeout_ms < 0 ? std::chrono::milliseconds(30000) : std::chrono::milliseconds(timeout_ms),
+        std::chrono::microseconds(awake_us));
   });
 }
 

@@ -39,6 +39,17 @@ bool ParseBufferId(std::string_view s, BufferId* id) {
 
 namespace {
 
+// `awake` shapes a wait: an Open that does not wait has none to keep awake.
+void CheckAwake(const OpenOptions& options) {
+  if (options.awake.count() < 0) {
+    ThrowError(ErrorCode::kInvalidArgument, "awake is negative");
+  }
+  if (options.awake.count() > 0 && !options.wait) {
+    ThrowError(ErrorCode::kInvalidArgument,
+               "awake applies to an open that waits for its buffer (set wait)");
+  }
+}
+
 // Takes the daemon's description of a buffer this handle has just published,
 // keeping the handle's own name and tensor where they are: the pointers that
 // gpubroker_buffer_get_facts and gpubroker_buffer_tensor handed out before
@@ -309,6 +320,10 @@ void Buffer::wait_ready(void* stream) {
 }
 
 void Buffer::wait_sealed(std::chrono::milliseconds timeout) {
+  wait_sealed(timeout, std::chrono::microseconds(0));
+}
+
+void Buffer::wait_sealed(std::chrono::milliseconds timeout, std::chrono::microseconds awake) {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "wait_sealed on an empty Buffer handle");
   impl_->CheckProcess();
   SettleClaim();
@@ -324,6 +339,8 @@ void Buffer::wait_sealed(std::chrono::milliseconds timeout) {
   options.wait = true;
   options.timeout = timeout;
   options.map = false;
+  options.awake = awake;
+  CheckAwake(options);
   info_ = detail::FromProto(impl_->AskOpen(info_.id, {}, options).buffer());
   // That Open's own lease goes without a wait: its answer is taken when this
   // handle goes (nothing can be refused: the lease is there).
@@ -653,21 +670,6 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
   buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
   return buffer;
 }
-
-namespace {
-
-// `awake` shapes a wait: an Open that does not wait has none to keep awake.
-void CheckAwake(const OpenOptions& options) {
-  if (options.awake.count() < 0) {
-    ThrowError(ErrorCode::kInvalidArgument, "open: awake is negative");
-  }
-  if (options.awake.count() > 0 && !options.wait) {
-    ThrowError(ErrorCode::kInvalidArgument,
-               "open: awake applies to an open that waits for its buffer (set wait)");
-  }
-}
-
-}  // namespace
 
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
   CheckAwake(options);

@@ -411,6 +411,18 @@ TEST(CAbi, AWaitForTheSealOnTheHostMakesTheHandleReadSealed) {
       << gpubroker_last_error();
   EXPECT_EQ(gpubroker_buffer_is_sealed(b), 0);
   EXPECT_EQ(gpubroker_buffer_wait_sealed(b, 20), GPUBROKER_DEADLINE_EXCEEDED);
+  EXPECT_EQ(gpubroker_buffer_wait_sealed_awake(b, 20, 1000), GPUBROKER_DEADLINE_EXCEEDED)
+      << "kept awake, and still bounded by its timeout";
+  EXPECT_EQ(gpubroker_buffer_wait_sealed_awake(b, 20, -1), GPUBROKER_INVALID_ARGUMENT);
+  // awake_us shapes a wait: an open that does not wait is refused it.
+  gpubroker_open_options_t no_wait;
+  gpubroker_open_options_init(&no_wait);
+  no_wait.allow_unsealed = 1;
+  no_wait.awake_us = 1000;
+  gpubroker_buffer_t* refused = nullptr;
+  EXPECT_EQ(gpubroker_open(reader.get(), "c.ask.first", &no_wait, &refused),
+            GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(refused, nullptr);
   ASSERT_EQ(gpubroker_buffer_seal(a), GPUBROKER_OK);
   ASSERT_EQ(gpubroker_buffer_wait_sealed(b, -1), GPUBROKER_OK) << gpubroker_last_error();
   EXPECT_EQ(gpubroker_buffer_is_sealed(b), 1);

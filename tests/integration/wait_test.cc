@@ -267,6 +267,31 @@ TEST(ClientWaits, NoWaitKeepsTheDaemonAwakeWhenItsCapIsZero) {
   EXPECT_EQ(daemon.Metric("gpubroker_session_awake_seconds_total"), 0);
 }
 
+// A consumer that asked first waits for the seal awake too (wait_sealed
+// with awake): answered at the seal, the daemon polling while it waits.
+TEST(ClientWaits, AConsumerThatAskedFirstCanWaitForTheSealAwake) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  Helper producer(daemon.socket_dir());
+  producer.Ok("alloc p 4096 publish name=ask.first.awake");
+  OpenOptions early;
+  early.wait = true;
+  early.allow_unsealed = true;
+  Buffer b = consumer.open("ask.first.awake", early);
+  EXPECT_THROW(b.wait_sealed(20s, -1us), InvalidArgumentError);
+  std::atomic<bool> sealed{false};
+  std::thread waiter([&] {
+    b.wait_sealed(20s, 5ms);
+    sealed = b.info().state == BufferState::kSealed;
+  });
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 1);
+  producer.Ok("seal p");
+  waiter.join();
+  EXPECT_TRUE(sealed);
+}
+
 // `awake` shapes a wait: asked of an Open that does not wait, or negative,
 // it is refused before anything is sent.
 TEST(ClientWaits, AwakeWithoutAWaitIsRefused) {

@@ -166,6 +166,30 @@ def test_a_consumer_that_asked_first_waits_for_the_seal(client):
     other.close()
 
 
+def test_a_consumer_that_asked_first_can_wait_for_the_seal_awake(daemon, client):
+    import threading
+
+    other = gpubroker.connect(client.status().socket_dir)
+    buf = client.allocate(shape=(16,), dtype="int32", name="ask.first.awake")
+    buf.publish()
+    early = other.open("ask.first.awake", wait=True, allow_unsealed=True)
+    with pytest.raises(gpubroker.InvalidArgument, match="awake"):
+        early.wait_sealed(timeout=20, awake=-1)
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(early.wait_sealed(timeout=20,
+                                                                           awake=0.005)))
+    waiter.start()
+    assert eventually(lambda: daemon.metric("gpubroker_session_awake_waits_total") == 1)
+    buf.as_numpy()[:] = 3
+    buf.seal()
+    waiter.join(30)
+    assert done and early.is_sealed
+    assert int(early.as_numpy()[15]) == 3
+    early.release()
+    buf.release()
+    other.close()
+
+
 def test_a_posted_seal_that_the_daemon_refuses_is_raised_at_the_next_call(client):
     first = client.allocate(64, name="posted.taken")
     first.seal()

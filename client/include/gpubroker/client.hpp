@@ -178,6 +178,9 @@ class GPUBROKER_API Buffer {
   ///         after `timeout`; FailedPreconditionError for a buffer this client
   ///         made (its seal is this process's own).
   void wait_sealed(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// @brief The same, the wait kept awake for up to `awake` (OpenOptions::awake):
+  /// this thread and the daemon's session thread poll instead of sleeping.
+  void wait_sealed(std::chrono::milliseconds timeout, std::chrono::microseconds awake);
 
   /// @brief A stream of the library's own on the buffer's device (one per
   /// device and process), made to wait for the producer's writes: the buffer

@@ -307,6 +307,13 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_ready(gpubroker_buffer_
 GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_sealed(gpubroker_buffer_t* buffer,
                                                                 int64_t timeout_ms);
 /**
+ * @brief gpubroker_buffer_wait_sealed, the wait kept awake for up to awake_us
+ * (see awake_us of gpubroker_open_options_t); awake_us < 0 is refused.
+ */
+GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_wait_sealed_awake(gpubroker_buffer_t* buffer,
+                                                                      int64_t timeout_ms,
+                                                                      int64_t awake_us);
+/**
  * @brief A stream of the library's own on the buffer's device (one per device
  * and process), made to wait for the producer's sealed writes: what the CUDA
  * Array Interface v3 calls the producer's stream. Work ordered after it sees

@@ -314,7 +314,8 @@ class Buffer:
         if rc:
             raise self._lib.error(rc)
 
-    def wait_sealed(self, timeout: Union[None, float, timedelta] = None) -> None:
+    def wait_sealed(self, timeout: Union[None, float, timedelta] = None, *,
+                    awake: Union[None, float, timedelta] = None) -> None:  # fmt: skip
         """Waits until the buffer is sealed, for a Buffer opened before the seal
         (``open(name, wait=True, allow_unsealed=True)``, a consumer that asks
         first and maps while the producer works); returns at once for a sealed
@@ -325,6 +326,9 @@ class Buffer:
         buffer is freed, or its producer's session ends (a crash included),
         before the seal; Timeout after `timeout`; FailedPrecondition for a
         buffer this client made.
+
+        `awake`: seconds the wait stays awake, polling here and in the
+        daemon's session thread, as ``Client.open(wait=True, awake=...)``.
         """
         lib = self._lib
         if lib.buffer_wait_sealed is None:
@@ -332,9 +336,22 @@ class Buffer:
 
             raise Unimplemented(f"{lib.path} cannot wait for a seal (gpubroker_buffer_wait_sealed): "
                                 "install a matching libgpubroker")  # fmt: skip
-        from ._client import _ms  # the package's one conversion of timeouts
+        from ._client import _ms, _us  # the package's conversions of times
 
         ms = -1 if timeout is None else _ms(timeout, "timeout")  # -1: the library's default
+        if awake is not None:
+            if lib.buffer_wait_sealed_awake is None:
+                from ._errors import Unimplemented
+
+                raise Unimplemented(f"{lib.path} cannot keep a wait awake "
+                                    "(gpubroker_buffer_wait_sealed_awake): install a matching "
+                                    "libgpubroker")  # fmt: skip
+            us = _us(awake, "awake")
+            with self._lock:
+                rc = lib.buffer_wait_sealed_awake(self._usable(), ms, us)
+            if rc:
+                raise lib.error(rc)
+            return
         with self._lock:
             rc = lib.buffer_wait_sealed(self._usable(), ms)
         if rc:

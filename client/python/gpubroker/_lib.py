@@ -196,6 +196,9 @@ class Library:
         self.buffer_wait_sealed = None
         if hasattr(c, "gpubroker_buffer_wait_sealed"):
             proto(c, "gpubroker_buffer_wait_sealed", c_int, c_void_p, c_int64)
+        self.buffer_wait_sealed_awake = None
+        if hasattr(c, "gpubroker_buffer_wait_sealed_awake"):
+            proto(c, "gpubroker_buffer_wait_sealed_awake", c_int, c_void_p, c_int64, c_int64)
         # The facts and the view in one call came later: None without it.
         self.buffer_view_on_facts = None
         if hasattr(c, "gpubroker_buffer_view_on_facts"):
