@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -299,6 +300,61 @@ def handover(backend: str, sizes: List[int], args: argparse.Namespace,
             "ratios": ratios(gpu, run.producer.name, by_size)}
 
 
+# What the busy-poll comparison reports: issue #12's steps of these cases,
+# and their ratio to torch.multiprocessing's where torch is there.
+AB_CASES = ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-waitawake-cupy")
+
+
+def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
+                      values: List[int]) -> Dict[str, Any]:  # fmt: skip
+    """The hand-over with the daemon started at each --busy-poll-us value
+    in turn, `args.rounds` times over (so that whatever the machine does
+    falls on every value alike): per size, case and value, each round's p50
+    of #12's steps (µs) and ratio, and their medians."""
+    seen: Dict[str, Dict[str, Dict[int, Dict[str, List[float]]]]] = {}
+    for _ in range(args.rounds):
+        for v in values:
+            args.busy_poll_us = v
+            h = handover(backend, sizes, args, False)
+            for label, cases in h["sizes"].items():
+                for case in AB_CASES:
+                    if case not in cases or "issue_window" not in cases[case]:
+                        continue
+                    cell = seen.setdefault(label, {}).setdefault(case, {}).setdefault(
+                        v, {"us": [], "ratio": []})
+                    cell["us"].append(cases[case]["issue_window"]["p50_us"])
+                    r = h["ratios"][label].get(f"issue: {case} vs tmp-pipe-cupy")
+                    if r:
+                        cell["ratio"].append(r["ratio"])
+    out: Dict[str, Any] = {}
+    for label, by_case in seen.items():
+        for case, by_value in by_case.items():
+            for v, cell in by_value.items():
+                out.setdefault(label, {}).setdefault(case, {})[str(v)] = {
+                    "us": cell["us"], "median_us": round(statistics.median(cell["us"]), 1),
+                    "ratios": cell["ratio"],
+                    "median_ratio": round(statistics.median(cell["ratio"]), 2)
+                    if cell["ratio"] else None}  # fmt: skip
+    return out
+
+
+def print_busy_poll(title: str, ab: Dict[str, Any], values: List[int]) -> None:
+    print(f"== {title}: issue #12's steps, p50 us (x torch.multiprocessing), by the daemon's "
+          f"--busy-poll-us; the median of the rounds, each round in brackets")  # fmt: skip
+    for label, by_case in ab.items():
+        print(f"  {label}")
+        for case, by_value in by_case.items():
+            cells = []
+            for v in values:
+                c = by_value.get(str(v))
+                if not c:
+                    continue
+                ratio = f" ({c['median_ratio']:.2f}x)" if c["median_ratio"] else ""
+                rounds = ", ".join(f"{x:.0f}" for x in c["us"])
+                cells.append(f"{v} us: {c['median_us']:.1f}{ratio} [{rounds}]")
+            print(f"    {case:<24} " + "   ".join(cells))
+
+
 # How the processes wait on their channel, as the titles say it.
 WAITS = {False: "", True: ", waiting awake on the channel"}
 
@@ -334,6 +390,11 @@ def main() -> None:
                          "(asleep), polling it (awake), or each in turn (both)")  # fmt: skip
     ap.add_argument("--busy-poll-us", type=int,
                     help="the daemon's --busy-poll-us for the hand-overs (default: its own)")
+    ap.add_argument("--compare-busy-poll", metavar="LIST",
+                    help="instead of one hand-over run per part: the hand-over with the daemon "
+                         "at each of these --busy-poll-us values (comma-separated), taking "
+                         "turns --rounds times")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json-out")
     args = ap.parse_args()
     if args.quick:
@@ -371,6 +432,20 @@ def main() -> None:
                   f"{t['added_us']:>6} us")  # fmt: skip
 
     mib = lambda s: [int(x) * MiB for x in s.split(",") if x]  # noqa: E731
+    if args.compare_busy_poll:
+        values = [int(x) for x in args.compare_busy_poll.split(",") if x]
+        for part, backend, sizes in (("host", "host", args.host_sizes),
+                                     ("gpu", "cuda", args.gpu_sizes)):  # fmt: skip
+            if part not in parts:
+                continue
+            why = gpu_available() if part == "gpu" else ""
+            if why:
+                print(f"== GPU busy-poll comparison: skipped ({why})")
+                continue
+            ab = compare_busy_poll(backend, mib(sizes), args, values)
+            report.setdefault("busy_poll", {})[backend] = ab
+            print_busy_poll(f"{part} busy-poll comparison", ab, values)
+        parts -= {"host", "gpu"}
     if "host" in parts:
         for awake in modes(args.channel_wait):
             h = handover("host", mib(args.host_sizes), args, awake)

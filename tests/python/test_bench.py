@@ -91,3 +91,22 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     for name, c in awake["sizes"]["1 MiB"].items():
         assert abs(c["mean_of_steps_sum_us"] - c["mean_total_us"]) < 0.05, (name, c)
     assert "waiting awake on the channel" in run.stdout
+
+
+def test_the_busy_poll_comparison_takes_turns_and_reports_every_round(tmp_path):
+    out = tmp_path / "ab.json"
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--parts", "host", "--host-sizes", "1", "--iterations", "4",
+         "--warmup", "1", "--copy-iterations", "1", "--compare-busy-poll", "0,300", "--rounds",
+         "2", "--json-out", str(out)],
+        capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    ab = json.loads(out.read_text())["busy_poll"]["host"]["1 MiB"]
+    assert set(ab) == {"broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy",
+                       "broker-waitawake-cupy"}  # fmt: skip
+    for case, by_value in ab.items():
+        assert set(by_value) == {"0", "300"}, case
+        for v in by_value.values():
+            assert len(v["us"]) == 2 and all(x > 0 for x in v["us"]), (case, v)
+            assert min(v["us"]) <= v["median_us"] <= max(v["us"]), (case, v)
+    assert "busy-poll comparison" in run.stdout
