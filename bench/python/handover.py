@@ -270,10 +270,11 @@ def print_ratios(title: str, rs: Dict[str, Any], targets: bool) -> None:
                           f"{v['ratio']:.2f}x, {verdict}")  # fmt: skip
 
 
-def handover(backend: str, sizes: List[int], args: argparse.Namespace,
-             awake: bool) -> Dict[str, Any]:  # fmt: skip
+def handover(backend: str, sizes: List[int], args: argparse.Namespace, awake: bool,
+             busy_poll_us: Optional[int] = None) -> Dict[str, Any]:  # fmt: skip
+    """`busy_poll_us`: the daemon's, where not args.busy_poll_us."""
     gpu = backend == "cuda"
-    daemon, d = start_daemon(backend, args.busy_poll_us)
+    daemon, d = start_daemon(backend, args.busy_poll_us if busy_poll_us is None else busy_poll_us)
     try:
         run = exchange.Run(d, gpu, list(exchange.CASES), awake)
         try:
@@ -314,8 +315,7 @@ def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
     seen: Dict[str, Dict[str, Dict[int, Dict[str, List[float]]]]] = {}
     for _ in range(args.rounds):
         for v in values:
-            args.busy_poll_us = v
-            h = handover(backend, sizes, args, False)
+            h = handover(backend, sizes, args, False, busy_poll_us=v)
             for label, cases in h["sizes"].items():
                 for case in AB_CASES:
                     if case not in cases or "issue_window" not in cases[case]:

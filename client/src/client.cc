@@ -457,8 +457,8 @@ v1::OpenResponse ClientImpl::AskOpen(BufferId id, std::string_view name,
   // client's other calls meanwhile. A daemon that does not say it parks
   // them gets them through gRPC.
   const auto wait = options.wait ? options.timeout : std::chrono::milliseconds(0);
-  const auto awake = options.wait ? options.awake : std::chrono::microseconds(0);
-  if ((!options.wait || waits_on_session()) && Call(std::move(call), &reply, wait, awake)) {
+  // awake comes with wait only (CheckAwake, at every way in).
+  if ((!options.wait || waits_on_session()) && Call(std::move(call), &reply, wait, options.awake)) {
     resp = std::move(*reply.mutable_open());
     if (DebugOn()) Debug(StrCat("open buffer ", resp.buffer().id(), CallTiming()));
     return resp;

@@ -146,7 +146,7 @@ void SessionServer::Loop() {
     // comes within it, and finds this thread running instead of asleep.
     const bool busy = options_.busy_poll.count() > 0 && now - last_event < options_.busy_poll;
     // Awake too while a consumer waits awake for a seal (OpenRequest.awake_us).
-    const bool for_waits = awake_waits_ > 0 && now < awake_until_;
+    const bool for_waits = PollingForWaits(now);
     const bool awake = busy || for_waits;
     const auto turn_start = now;
     const int n =
@@ -189,8 +189,7 @@ void SessionServer::Loop() {
     }
     // Counted when the waits end or every 0.1 s: a counter's add per turn
     // would slow the poll.
-    const bool still_awake = awake_waits_ > 0 && now < awake_until_;
-    if (awake_seconds_ > 0 && (!still_awake || awake_seconds_ >= 0.1)) {
+    if (awake_seconds_ > 0 && (!PollingForWaits(now) || awake_seconds_ >= 0.1)) {
       metrics_.WaitedAwake(awake_seconds_);
       awake_seconds_ = 0;
     }

@@ -119,6 +119,10 @@ class SessionServer {
   /// An Open that asked to wait awake for `awake_us` has been parked: the
   /// loop polls until the wait ends or that time (capped) has passed.
   void WaitAwake(uint64_t awake_us);
+  /// True while a parked Open that asked to wait awake keeps the loop polling.
+  bool PollingForWaits(std::chrono::steady_clock::time_point now) const {
+    return awake_waits_ > 0 && now < awake_until_;
+  }
   /// Drops the peers that connected but never said Hello.
   void DropSilent(std::chrono::steady_clock::time_point now);
   void AcceptAll();

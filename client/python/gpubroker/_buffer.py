@@ -339,6 +339,7 @@ class Buffer:
         from ._client import _ms, _us  # the package's conversions of times
 
         ms = -1 if timeout is None else _ms(timeout, "timeout")  # -1: the library's default
+        wait, more = lib.buffer_wait_sealed, ()
         if awake is not None:
             if lib.buffer_wait_sealed_awake is None:
                 from ._errors import Unimplemented
@@ -346,14 +347,9 @@ class Buffer:
                 raise Unimplemented(f"{lib.path} cannot keep a wait awake "
                                     "(gpubroker_buffer_wait_sealed_awake): install a matching "
                                     "libgpubroker")  # fmt: skip
-            us = _us(awake, "awake")
-            with self._lock:
-                rc = lib.buffer_wait_sealed_awake(self._usable(), ms, us)
-            if rc:
-                raise lib.error(rc)
-            return
+            wait, more = lib.buffer_wait_sealed_awake, (_us(awake, "awake"),)
         with self._lock:
-            rc = lib.buffer_wait_sealed(self._usable(), ms)
+            rc = wait(self._usable(), ms, *more)
         if rc:
             raise lib.error(rc)
 

@@ -130,20 +130,20 @@ class Status:
         return next((t for t in self.tenants if t.name == name), None)
 
 
-def _ms(value: Union[None, float, timedelta], what: str) -> int:
-    if value is None:
-        return 0
+def _seconds(value: Union[float, timedelta], what: str) -> float:
+    """Seconds given as a number or a timedelta, refused when negative or NaN."""
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if not seconds >= 0:
         raise InvalidArgument(f"{what} is negative or not a number")
-    return int(round(seconds * 1000))
+    return seconds
+
+
+def _ms(value: Union[None, float, timedelta], what: str) -> int:
+    return 0 if value is None else int(round(_seconds(value, what) * 1000))
 
 
 def _us(value: Union[float, timedelta], what: str) -> int:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds >= 0:
-        raise InvalidArgument(f"{what} is negative or not a number")
-    return int(round(min(seconds, 1e9) * 1_000_000))  # a wait ends long before
+    return int(round(min(_seconds(value, what), 1e9) * 1_000_000))  # a wait ends long before
 
 
 # Prepared options by tensor layout (shape, dtype, strides, byte_offset): a
