@@ -87,8 +87,8 @@ gpubroker::OpenOptions ToOptions(const gpubroker_open_options_t* o) {
     if (o->timeout_ms >= 0) options.timeout = std::chrono::milliseconds(o->timeout_ms);
     options.allow_unsealed = o->allow_unsealed != 0;
     // `awake_us` came after the first version of the options.
-    if (o->struct_size >= offsetof(gpubroker_open_options_t, awake_us) + sizeof(o->awake_us) &&
-        o->awake_us > 0) {
+    // A negative one is refused by the open, as wait_sealed_awake refuses it.
+    if (o->struct_size >= offsetof(gpubroker_open_options_t, awake_us) + sizeof(o->awake_us)) {
       options.awake = std::chrono::microseconds(o->awake_us);
     }
   }

@@ -423,6 +423,15 @@ TEST(CAbi, AWaitForTheSealOnTheHostMakesTheHandleReadSealed) {
   EXPECT_EQ(gpubroker_open(reader.get(), "c.ask.first", &no_wait, &refused),
             GPUBROKER_INVALID_ARGUMENT);
   EXPECT_EQ(refused, nullptr);
+  gpubroker_open_options_t negative;
+  gpubroker_open_options_init(&negative);
+  negative.wait = 1;
+  negative.allow_unsealed = 1;
+  negative.awake_us = -1;
+  EXPECT_EQ(gpubroker_open(reader.get(), "c.ask.first", &negative, &refused),
+            GPUBROKER_INVALID_ARGUMENT)
+      << "a negative awake is refused here as by gpubroker_buffer_wait_sealed_awake";
+  EXPECT_EQ(refused, nullptr);
   ASSERT_EQ(gpubroker_buffer_seal(a), GPUBROKER_OK);
   ASSERT_EQ(gpubroker_buffer_wait_sealed(b, -1), GPUBROKER_OK) << gpubroker_last_error();
   EXPECT_EQ(gpubroker_buffer_is_sealed(b), 1);

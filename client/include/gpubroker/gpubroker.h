@@ -136,7 +136,8 @@ typedef struct gpubroker_open_options {
   /** With `wait`: µs this wait stays awake (polling, here and in the
    *  daemon's session thread) before it sleeps, so that a seal within it
    *  reaches the consumer without two wake-ups; costs a CPU here and one in
-   *  the daemon meanwhile. 0: both sleep. See OpenOptions::awake. */
+   *  the daemon meanwhile. 0: both sleep; < 0, or > 0 without `wait`:
+   *  GPUBROKER_INVALID_ARGUMENT. See OpenOptions::awake. */
   int64_t awake_us;
 } gpubroker_open_options_t;
 
