@@ -17,8 +17,10 @@ packages=(
   clang libclang-rt-dev
   python3 python3-numpy python3-pytest python3-setuptools python3-pip
   systemd file
-  # Tests: a Python gRPC client generated from proto/, Python's Prometheus client.
+  # Tests: a Python gRPC client generated from proto/, Python's Prometheus client,
+  # and mypy for the Python package's type hints.
   python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client python3-yaml
+  mypy
 )
 
 # Debian 12 ships the clang runtime as libclang-rt-14-dev; newer releases have
@@ -36,7 +38,7 @@ resolve() {
 
 # Only the tests and the sanitizer build need these.
 test_only=" clang libclang-rt-dev libgtest-dev libgmock-dev python3-grpcio python3-grpc-tools \
-python3-protobuf python3-prometheus-client python3-yaml "
+python3-protobuf python3-prometheus-client python3-yaml mypy "
 
 missing=()
 for p in "${packages[@]}"; do

@@ -91,3 +91,28 @@ def test_multiprocessing_fork_workers_connect_anew(daemon, client):
 def _worker_sum(socket_dir: str) -> float:
     with gpubroker.connect(socket_dir) as c:
         return float(c.open("fork.data").as_numpy().sum())
+
+
+def test_a_posted_open_released_in_the_child_then_used_says_released(daemon, client):
+    """The parent's posted open (its answer not taken in) released in the
+    child, then used there: a clear Released, as for any released Buffer
+    (not an error of the package's own)."""
+    made = client.share(__import__("numpy").arange(8, dtype="int32"), name="fork.posted")
+    buf = client.open("fork.posted", posted=True)
+
+    def child():
+        buf.release()  # the parent's handle: dropped here without its answer
+        failures = 0
+        for call in (lambda: buf.shape, lambda: buf.as_numpy(), lambda: buf.__dlpack__(),
+                     lambda: buf.device_id):  # fmt: skip
+            try:
+                call()
+                failures += 1
+            except gpubroker.Released as e:
+                failures += "released" not in str(e)
+        return failures
+
+    assert _in_child(child) == 0
+    assert buf.as_numpy()[7] == 7  # the parent's posted open is untouched
+    buf.release()
+    made.release()

@@ -169,20 +169,24 @@ def test_open_with_wait_wakes_when_the_producer_seals(daemon, client, children):
     waiter.finish()
 
 
-def test_open_with_wait_can_wait_awake(daemon, client, children):
+def test_open_with_wait_can_wait_awake(make_daemon, children):
     """`awake`: the consumer and the daemon's session thread poll while the
-    Open is parked; what is answered is the same."""
+    Open is parked, the daemon for no longer than its cap (0.2 s here);
+    the wait goes on asleep after it, and what is answered is the same."""
+    daemon = make_daemon("--max-wait-awake-us", "200000")
     waiter = children("""
         b = gpubroker.connect().open("py.awake", wait=True, timeout=20, awake=5)
         say("opened", int(b.as_numpy()[0]))
     """, daemon.dir)
     assert eventually(lambda: daemon.metric("gpubroker_session_awake_waits_total") == 1)
-    buf = client.allocate(shape=(4,), dtype="uint8", name="py.awake")
-    buf.as_numpy()[0] = 7
-    buf.seal()
-    assert waiter.expect() == "opened 7"
-    waiter.finish()
+    # Counted every 0.1 s of polling, and at the cap.
     assert eventually(lambda: daemon.metric("gpubroker_session_awake_seconds_total") > 0)
+    with gpubroker.connect(daemon.dir) as client:
+        buf = client.allocate(shape=(4,), dtype="uint8", name="py.awake")
+        buf.as_numpy()[0] = 7
+        buf.seal()
+        assert waiter.expect() == "opened 7"
+        waiter.finish()
 
 
 def test_awake_needs_a_wait_and_a_non_negative_time(client):

@@ -57,7 +57,8 @@ def library_version() -> str:
     """The version of the loaded libgpubroker."""
     from . import _lib
 
-    return _lib.load().version().decode()
+    version: bytes = _lib.load().version()
+    return version.decode()
 
 
 def library_path() -> str:

@@ -59,19 +59,22 @@ def _first_values(buf: Buffer, count: int) -> Optional[List[object]]:
 
             a = buf.as_cupy()
             flat = a.reshape(-1)[:count] if a.flags.c_contiguous else a.ravel()[:count]
-            return cupy.asnumpy(flat).tolist()
+            values: List[object] = cupy.asnumpy(flat).tolist()
+            return values
         except ImportError:
             pass
         try:
             a = buf.as_torch()
-            return a.reshape(-1)[:count].cpu().tolist()
+            values = a.reshape(-1)[:count].cpu().tolist()
+            return values
         except ImportError:
             return None
     try:
         a = buf.as_numpy()
     except TypeError:  # bfloat16 without ml_dtypes
         a = numpy.asarray(buf).view(numpy.uint16)
-    return numpy.asarray(a).reshape(-1)[:count].tolist()
+    values = numpy.asarray(a).reshape(-1)[:count].tolist()
+    return values
 
 
 def _cat(client: Client, args: argparse.Namespace) -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from _thread import RLock
 from ctypes import byref, c_size_t, c_void_p, string_at
 from datetime import timedelta
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Literal, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from threading import RLock
+
+    from ._client import BufferInfo, Client
+else:
+    from _thread import RLock  # the C lock itself, without threading's wrapper
 
 from . import _dtypes, _fork, _interop, _lib, _tickets
 from ._errors import Error, ForkError, InvalidArgument, Released
@@ -16,12 +22,13 @@ _LEGACY_DEFAULT_STREAM = 0  # cudaStream_t 0
 
 class _Hold:
     """A hold on the mapping and the lease (a C view): what an array made
-    through an array interface keeps alive, released when the array is gone."""
+    from a Buffer keeps alive, released when the array is gone."""
 
-    __slots__ = ("_lib", "_view", "_iface")
+    __slots__ = ("_lib", "_view")
 
-    def __init__(self, lib: Any, view: int, iface: Dict[str, Any]):
-        self._lib, self._view, self._iface = lib, view, iface
+    def __init__(self, lib: Any, view: int):
+        self._lib = lib
+        self._view: Optional[int] = view
 
     def __del__(self) -> None:
         view, self._view = getattr(self, "_view", None), None
@@ -30,7 +37,12 @@ class _Hold:
 
 
 class _HostHold(_Hold):
-    __slots__ = ()
+    """A hold that an array takes through NumPy's array interface."""
+
+    __slots__ = ("_iface",)
+
+    def __init__(self, lib: Any, view: int, iface: Dict[str, Any]):
+        self._lib, self._view, self._iface = lib, view, iface
 
     @property
     def __array_interface__(self) -> Dict[str, Any]:
@@ -38,7 +50,12 @@ class _HostHold(_Hold):
 
 
 class _CudaHold(_Hold):
-    __slots__ = ()
+    """A hold that an array takes through the CUDA array interface."""
+
+    __slots__ = ("_iface",)
+
+    def __init__(self, lib: Any, view: int, iface: Dict[str, Any]):
+        self._lib, self._view, self._iface = lib, view, iface
 
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
@@ -60,11 +77,15 @@ class _Facts:
             if rc:
                 raise lib.error(rc)
         f = filled
-        (_, flags, self.id, self.nbytes, base, _, _, self.ordinal, dtype, ndim, _, self.byte_offset,
+        nbytes: int
+        ordinal: int
+        byte_offset: int
+        (_, flags, id_, nbytes, base, _, _, ordinal, dtype, ndim, _, byte_offset,
          _, _) = _lib.FACTS_LAYOUT.unpack_from(f)  # fmt: skip
+        self.nbytes, self.ordinal, self.byte_offset = nbytes, ordinal, byte_offset
         # A buffer this client made has no id until it is published: None,
         # and asking for it publishes it (one round trip).
-        self.id: Optional[int] = self.id or None
+        self.id: Optional[int] = id_ or None
         self.base: int = base or 0
         self.name: str = f.name.decode()
         self.device: str = f.device.decode()
@@ -106,6 +127,7 @@ class Buffer:
     # _client: the Client that an unpickled Buffer keeps alive (unset otherwise).
     __slots__ = ("_lib", "_h", "_lock", "_pin", "_generation", "_device_id", "_facts", "_claim",
                  "_client", "__weakref__")  # fmt: skip
+    _client: Client
 
     def __init__(self, lib: Any, handle: int, posted: bool = False):
         self._lib = lib
@@ -117,24 +139,23 @@ class Buffer:
         # Read with the facts, or alone where it is asked first: nothing is
         # asked of the library here. A posted claim's answer says where its memory is.
         self._device_id: Optional[int] = None
-        self._claim: Union[None, bool, Error] = True if posted else None
+        self._claim: Union[None, Literal[True], Error] = True if posted else None
 
     @property
     def device_id(self) -> int:
         """The CUDA ordinal of its device in this process (-1: host memory)."""
         d = self._device_id
-        if d is None:
-            with self._lock:
+        if d is not None:
+            return d
+        with self._lock:
+            f = self._facts
+            if f is None and self._claim is not None:
+                self._answer()  # the facts come with the answer
                 f = self._facts
-                if f is not None:  # read already (always, once released)
-                    d = f.ordinal
-                elif self._claim is not None:
-                    self._answer()
-                    d = self._device_id
-                else:
-                    d = self._lib.buffer_device_ordinal(self._h)
-                self._device_id = d
-        return d
+            # Read already (always, once released), or asked alone.
+            d = f.ordinal if f is not None else self._lib.buffer_device_ordinal(self._held())
+            self._device_id = d
+            return d
 
     def _answer(self) -> None:
         """Takes a posted claim's answer in (with the lock held). A refusal
@@ -143,12 +164,12 @@ class Buffer:
         c = self._claim
         if c is None:
             return
-        if c is not True:
+        if isinstance(c, Error):
             raise _again(c)
         if self._generation != _fork.generation:
             raise ForkError("this Buffer was claimed or opened by the parent of this process "
                             "(made by fork()): claim or open it anew here")  # fmt: skip
-        h = self._h
+        h = self._held()
         try:
             # The facts call waits for the answer (the GIL released), and maps the memory.
             f = _Facts(self._lib, h, self._lib.buffer_get_facts_waiting)
@@ -171,13 +192,20 @@ class Buffer:
     def _read_facts(self) -> "_Facts":
         """The handle's facts, read once (with the lock held, or before release)."""
         f = self._facts
+        if f is None and self._claim is not None:
+            self._answer()  # the facts come with the answer
+            f = self._facts
         if f is None:
-            if self._claim is not None:
-                self._answer()
-                return self._facts
-            f = _Facts(self._lib, self._h)
+            f = _Facts(self._lib, self._held())
             self._keep_facts(f)
         return f
+
+    def _held(self) -> int:
+        """The handle, where it is held (with the lock held)."""
+        h = self._h
+        if h is None:
+            raise Released("buffer was released")
+        return h
 
     def _f(self) -> "_Facts":
         f = self._facts
@@ -185,7 +213,7 @@ class Buffer:
             return f
         with self._lock:
             if self._h is None:  # released before anything was read: facts were kept
-                if self._claim is not None:
+                if isinstance(self._claim, Error):
                     raise _again(self._claim)
                 raise Released("buffer was released")
             return self._read_facts()
@@ -220,16 +248,54 @@ class Buffer:
 
         with self._lock:
             check(self._lib, self._lib.buffer_publish(self._usable()))
-    name = property(lambda self: self._f().name, doc='Its name ("" when unnamed).')
-    nbytes = property(lambda self: self._f().nbytes, doc="Bytes asked for at allocation.")
-    device = property(lambda self: self._f().device, doc='UUID of its device ("host").')
-    is_owner = property(lambda self: self._f().is_owner, doc="Whether it came from allocate().")
-    shape = property(lambda self: self._f().shape, doc="The descriptor's shape, or None.")
-    dtype = property(lambda self: self._f().dtype, doc="The descriptor's dtype name, or None.")
-    strides = property(lambda self: self._f().strides, doc="Strides in elements, or None.")
-    byte_offset = property(lambda self: self._f().byte_offset, doc="Bytes before element 0.")
-    _dt = property(lambda self: self._f().dt)
-    _base = property(lambda self: self._f().base)
+
+    @property
+    def name(self) -> str:
+        """Its name ("" when unnamed)."""
+        return self._f().name
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes asked for at allocation."""
+        return self._f().nbytes
+
+    @property
+    def device(self) -> str:
+        """UUID of its device ("host")."""
+        return self._f().device
+
+    @property
+    def is_owner(self) -> bool:
+        """Whether it came from allocate()."""
+        return self._f().is_owner
+
+    @property
+    def shape(self) -> Optional[Tuple[int, ...]]:
+        """The descriptor's shape, or None."""
+        return self._f().shape
+
+    @property
+    def dtype(self) -> Optional[str]:
+        """The descriptor's dtype name, or None."""
+        return self._f().dtype
+
+    @property
+    def strides(self) -> Optional[Tuple[int, ...]]:
+        """Strides in elements, or None."""
+        return self._f().strides
+
+    @property
+    def byte_offset(self) -> int:
+        """Bytes before element 0."""
+        return self._f().byte_offset
+
+    @property
+    def _dt(self) -> Optional[_dtypes.DType]:
+        return self._f().dt
+
+    @property
+    def _base(self) -> int:
+        return self._f().base
 
     # Facts ------------------------------------------------------------------
 
@@ -339,7 +405,8 @@ class Buffer:
         from ._client import _ms, _us  # the package's conversions of times
 
         ms = -1 if timeout is None else _ms(timeout, "timeout")  # -1: the library's default
-        wait, more = lib.buffer_wait_sealed, ()
+        wait: _lib.CFunction = lib.buffer_wait_sealed
+        more: Tuple[int, ...] = ()
         if awake is not None:
             if lib.buffer_wait_sealed_awake is None:
                 from ._errors import Unimplemented
@@ -382,7 +449,7 @@ class Buffer:
         if rc:
             raise lib.error(rc)
         try:
-            return string_at(out.value, size.value)
+            return string_at(_lib.written(out), size.value)
         finally:
             lib.string_free(out)
 
@@ -423,7 +490,7 @@ class Buffer:
                 return
             if self._claim is not None and self._generation != _fork.generation:
                 # The parent's posted claim or open: dropped here without its answer.
-                self._h = None
+                self._h = self._claim = None
                 self._lib.buffer_release(h)
                 return
             f = self._read_facts()  # the attributes stay readable (a refused claim: raises)
@@ -457,8 +524,9 @@ class Buffer:
     def _usable(self) -> int:
         """The handle, for a call made with the lock held (a posted claim's
         or open's answer taken in first)."""
-        if self._h is None:
-            if self._claim is not None:
+        h = self._h
+        if h is None:
+            if isinstance(self._claim, Error):
                 raise _again(self._claim)
             f = self._facts
             raise Released(
@@ -473,12 +541,12 @@ class Buffer:
             )
         if self._claim is not None:
             self._answer()
-        return self._h
+        return h
 
     def _new_view(self) -> int:
         out = c_void_p()
         self._lib.check(self._lib.buffer_view(self._usable(), byref(out)))
-        return out.value
+        return _lib.written(out)
 
     # DLPack -------------------------------------------------------------------
 
@@ -520,7 +588,7 @@ class Buffer:
                 rc = lib.buffer_to_dlpack_on(h, flags, s, byref(out))
         if rc:
             raise lib.error(rc)
-        return _interop.capsule(out.value, versioned)
+        return _interop.capsule(_lib.written(out), versioned)
 
     # Array interfaces ---------------------------------------------------------
 
@@ -548,7 +616,7 @@ class Buffer:
             return None
         out = c_void_p()
         self._lib.check(self._lib.buffer_ready_stream(h, byref(out)))
-        return out.value
+        return out.value  # NULL on the host backend
 
     def _pinned_interface(self, cuda: bool) -> Dict[str, Any]:
         with self._lock:
@@ -577,13 +645,13 @@ class Buffer:
 
         if self.device_id >= 0:
             raise TypeError("a GPU buffer: use as_cupy(), as_torch(), as_jax() or as_numba()")
-        bf16 = self._dt is not None and self._dt.name == "bfloat16"
-        target = _dtypes.numpy_dtype(self._dt) if bf16 else None
+        dt = self._dt
+        target = _dtypes.numpy_dtype(dt) if dt is not None and dt.name == "bfloat16" else None
         with self._lock:
             self._usable()
             hold = _HostHold(self._lib, self._new_view(), self._interface(None))
         a = numpy.asarray(hold)
-        return a.view(target) if bf16 else a
+        return a.view(target) if target is not None else a
 
     def as_torch(self) -> Any:
         """A torch tensor over the buffer (CPU or CUDA), no copy, ordered after
@@ -608,7 +676,7 @@ class Buffer:
                 rc = lib.buffer_to_dlpack(h, 0, byref(out))
         if rc:
             raise lib.error(rc)
-        return from_capsule(_interop.capsule(out.value, False))
+        return from_capsule(_interop.capsule(_lib.written(out), False))
 
     def as_cupy(self) -> Any:
         """A CuPy array over the GPU buffer, no copy, ordered after the
@@ -636,7 +704,7 @@ class Buffer:
                     if rc:
                         raise lib.error(rc)
         # A view made above is released with `hold`, whatever happens next.
-        hold = _Hold(lib, out.value, None) if out.value else None
+        hold = _Hold(lib, out.value) if out.value else None
         layout = self._cupy_layout()  # the facts, read in the same call as the device
         if self.device_id < 0:
             raise TypeError("a host buffer: use as_numpy() (CuPy arrays live on a GPU)")
@@ -652,7 +720,7 @@ class Buffer:
                                         byref(out))  # fmt: skip
             if rc:
                 raise lib.error(rc)
-            hold = _Hold(lib, out.value, None)
+            hold = _Hold(lib, _lib.written(out))
         mem = cupy.cuda.UnownedMemory(data, span, hold, self.device_id)
         return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(mem, 0), strides)
 

@@ -375,7 +375,7 @@ class Client:
             self._leave()
         if rc:
             raise lib.error(rc)
-        buf = Buffer(lib, out.value)
+        buf = Buffer(lib, _lib.written(out))
         where = None if device is None else str(device)
         ordinal = self._ordinals.get(where)
         if ordinal is None:
@@ -432,7 +432,7 @@ class Client:
             self._leave()
         if rc:
             raise lib.error(rc)
-        return Buffer(lib, out.value, bool(posted))
+        return Buffer(lib, _lib.written(out), bool(posted))
 
     def claim(self, ticket: bytes, *, posted: bool = False) -> Buffer:
         """Claims a ticket (``Buffer.ticket()``, made in any process): a
@@ -465,7 +465,7 @@ class Client:
             self._leave()
         if rc:
             raise lib.error(rc)
-        return Buffer(lib, out.value, bool(posted))
+        return Buffer(lib, _lib.written(out), bool(posted))
 
     def share(
         self,
@@ -516,13 +516,14 @@ class Client:
         """What this client did, by path (allocations made here or by the
         daemon, maps of memory mapped already or imported), and its own
         allocator's books: ranges, bytes in use, cached, free, quarantined."""
-        return self._json(self._lib.client_stats_json)
+        stats: Dict[str, Any] = self._json(self._lib.client_stats_json)
+        return stats
 
     def status(self) -> Status:
         """Version, backend, devices, pools, tenants, sessions."""
         return Status.from_json(self._json(self._lib.status_json))
 
-    def _json(self, call: Any) -> Any:
+    def _json(self, call: _lib.CFunction) -> Any:
         out = c_void_p()
         h = self._enter()
         try:

@@ -50,9 +50,10 @@ def resolve(dtype: Any) -> DType:
     else:
         if not hasattr(dtype, "name") and hasattr(dtype, "dtype"):
             dtype = dtype.dtype  # an array
-        name = getattr(dtype, "name", None)
-        if not isinstance(name, str):
+        named = getattr(dtype, "name", None)
+        if not isinstance(named, str):
             raise TypeError(f"not a dtype: {dtype!r}")
+        name = named
     name = _ALIASES.get(name, name)
     found = BY_NAME.get(name)
     if found is not None:

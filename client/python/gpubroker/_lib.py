@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import struct
 import threading
@@ -19,11 +20,14 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
-from ._errors import LibraryNotFound, from_status
+from ._errors import Internal, LibraryNotFound, from_status
 
 SONAME = "libgpubroker.so.0"
+
+# A C function as ctypes binds it (its prototype declared in Library._declare).
+CFunction = Callable[..., Any]
 
 # Functions a library must have for this package; an older library lacks some.
 _REQUIRED = (
@@ -114,6 +118,14 @@ DLPACK_VERSIONED = 1
 DLPACK_READ_ONLY = 2
 
 
+def written(out: c_void_p) -> int:
+    """The pointer that a call which succeeded wrote to `out` (never NULL)."""
+    value = out.value
+    if value is None:
+        raise Internal("libgpubroker reported success but wrote no pointer")
+    return value
+
+
 def candidates() -> List[str]:
     """Where the library is looked for, in order."""
     env = os.environ.get("GPUBROKER_LIBRARY")
@@ -121,10 +133,8 @@ def candidates() -> List[str]:
         return [env]  # asked for: that one or none
     here = Path(__file__).resolve().parent
     out = [str(here / SONAME), str(here / "libgpubroker.so")]
-    try:
-        from . import _location  # written by CMake (build tree, install)
-
-        out.append(_location.LIBRARY)
+    try:  # written by CMake (build tree, install)
+        out.append(importlib.import_module("._location", __package__).LIBRARY)
     except ImportError:
         pass
     out.append(SONAME)  # the dynamic loader's own search: LD_LIBRARY_PATH, ld.so.cache
@@ -139,6 +149,62 @@ class Library:
     ``c`` releases the GIL around calls (those that may block on the daemon);
     ``py`` keeps it, for getters that return at once.
     """
+
+    # The C functions, bound by _declare() without their "gpubroker_" prefix.
+    connect: CFunction
+    connect_with: CFunction  # absent from a library older than it
+    connect_options_init: CFunction
+    disconnect: CFunction
+    allocate: CFunction
+    allocate_named: CFunction
+    open: CFunction
+    open_id: CFunction
+    free: CFunction
+    list_json: CFunction
+    status_json: CFunction
+    trim: CFunction
+    client_stats_json: CFunction
+    client_check: CFunction
+    client_session_id: CFunction
+    client_tenant: CFunction
+    buffer_seal_on: CFunction
+    buffer_seal_posted: CFunction
+    buffer_wait_ready: CFunction
+    buffer_ready_stream: CFunction
+    buffer_release: CFunction
+    buffer_release_on: CFunction
+    buffer_info_json: CFunction
+    buffer_id: CFunction
+    buffer_publish: CFunction
+    buffer_to_dlpack: CFunction
+    buffer_to_dlpack_on: CFunction
+    buffer_view: CFunction
+    buffer_view_on: CFunction
+    buffer_get_facts: CFunction
+    buffer_data: CFunction
+    buffer_size: CFunction
+    buffer_name: CFunction
+    buffer_device: CFunction
+    buffer_is_sealed: CFunction
+    buffer_is_owner: CFunction
+    buffer_is_published: CFunction
+    buffer_device_ordinal: CFunction
+    view_release: CFunction
+    last_error: CFunction
+    version: CFunction
+    string_free: CFunction
+    alloc_options_init: CFunction
+    open_options_init: CFunction
+    # Later additions: None in a library without them.
+    buffer_wait_sealed: Optional[CFunction]
+    buffer_wait_sealed_awake: Optional[CFunction]
+    buffer_view_on_facts: Optional[CFunction]
+    last_error_reason: Optional[CFunction]
+    # Tickets: present where has_tickets is true.
+    buffer_ticket: CFunction
+    claim: CFunction
+    ticket_socket_dir: CFunction
+    buffer_get_facts_waiting: CFunction
 
     def __init__(self, path: str):
         self.path = path
@@ -156,7 +222,7 @@ class Library:
         c, py = self.c, self.py
         pp = POINTER(c_void_p)
 
-        def proto(lib, name, restype, *argtypes):
+        def proto(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> None:
             f = getattr(lib, name)
             f.restype = restype
             f.argtypes = list(argtypes)
@@ -276,7 +342,7 @@ class Library:
     def take_string(self, p: c_void_p) -> str:
         """A string the library allocated, freed once read."""
         try:
-            return ctypes.string_at(p.value).decode()
+            return ctypes.string_at(written(p)).decode()
         finally:
             self.string_free(p)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from ._buffer import Buffer
 from ._errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ._client import Client
 
 
 def _module(array: Any) -> str:
@@ -40,7 +43,7 @@ def _element_strides(array: Any) -> Tuple[int, ...]:
     return tuple(s // array.itemsize for s in array.strides)
 
 
-def share(client: Any, array: Any, *, stream: Any = None, **allocate: Any) -> Buffer:
+def share(client: Client, array: Any, *, stream: Any = None, **allocate: Any) -> Buffer:
     kind = _module(array)
     if kind in ("jax", "jaxlib") or (kind not in ("torch", "cupy", "numpy")
                                      and hasattr(array, "__dlpack__")):  # fmt: skip

@@ -86,7 +86,7 @@ def socket_dir(ticket: bytes) -> bytes:
     if rc:
         raise lib.error(rc)
     try:
-        return string_at(out.value)
+        return string_at(_lib.written(out))
     finally:
         lib.string_free(out)
 
