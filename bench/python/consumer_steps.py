@@ -149,7 +149,7 @@ def measure(args: argparse.Namespace, cupy, socket_dir: str) -> Dict[str, List[D
                 t.append(clock())
                 if rc:
                     raise lib.error(rc)
-                hold = _buffer._Hold(lib, view.value, None)
+                hold = _buffer._Hold(lib, view.value)
                 mem = cupy.cuda.UnownedMemory(data, span, hold, buf.device_id)
                 ptr = cupy.cuda.MemoryPointer(mem, 0)
                 t.append(clock())
