@@ -1,7 +1,7 @@
 """The package's type hints (it ships py.typed), checked by mypy as its users'
 checkers read them: the package is clean under --strict for the oldest
-Python it supports, a user's typed code passes, and each misuse that the
-hints exist to catch is caught, line by line."""
+Python it supports, a user's typed code and the examples pass, and each
+misuse that the hints exist to catch is caught, line by line."""
 
 from __future__ import annotations
 
@@ -39,6 +39,13 @@ def test_the_package_is_clean_under_strict(tmp_path: Path) -> None:
 
 def test_typed_user_code_passes(tmp_path: Path) -> None:
     r = _mypy(tmp_path, CASES / "usage.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_examples_pass(tmp_path: Path) -> None:
+    examples = sorted((ROOT / "examples" / "python").glob("*.py"))
+    assert len(examples) >= 6
+    r = _mypy(tmp_path, *examples)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
