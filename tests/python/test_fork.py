@@ -9,6 +9,11 @@ import pytest
 import gpubroker
 from conftest import eventually, used_bytes
 
+# Python 3.12 warns at every fork() of a process with threads, and a
+# connected client has them (gRPC's): these tests fork on purpose, to check
+# what the package does about it.
+pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def _daemon_made_buffers(monkeypatch):

@@ -327,6 +327,7 @@ def test_unpickling_connects_a_client_when_none_is_open_and_drops_it_with_its_bu
         assert eventually(lambda: c.status().sessions == 1)
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # on purpose
 def test_a_forked_child_claims_on_a_client_of_its_own(daemon, client):
     buf = sealed(client)
     raw = pickle.dumps(buf)
