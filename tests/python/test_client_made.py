@@ -42,6 +42,21 @@ def test_the_id_publishes_and_another_process_may_open_it_unsealed(client):
     assert client.open(ident, allow_unsealed=True).nbytes == 64
 
 
+def test_an_id_asked_while_the_name_is_taken_raises_and_is_not_kept(client):
+    """The C ABI answers 0 for an id whose publication failed; the package
+    raises the refusal instead, and keeps no 0: the seal publishes the
+    buffer once its name is free, and its id is then the daemon's."""
+    first = client.allocate(64, name="made.taken")
+    first.seal()
+    second = client.allocate(64, name="made.taken")
+    with pytest.raises(gpubroker.AlreadyExists):
+        second.id
+    assert not second.is_published
+    first.release()  # the owner's release of an unkept buffer frees its name
+    second.seal()
+    assert second.id != 0 and client.open("made.taken").id == second.id
+
+
 def test_the_daemon_charges_the_clients_ranges_and_trim_gives_them_back(client):
     bufs = [client.allocate(4096 * (i + 1)) for i in range(8)]
     b = books(client)

@@ -83,6 +83,47 @@ bool Expected(gpubroker::ErrorCode code) {
 }
 
 // A noisy client: a random mix of every call, paced at `rate` ops per second.
+// A read that broke the pattern, said so that its cause can be told apart:
+// what was there instead (another buffer's pattern names that buffer's id
+// modulo 256 in its first byte; zeros; neither), the handle's view of the
+// buffer, and the same read again on a stream that waits for the buffer's
+// ready fence (a late write reads right then; a wrong memory does not).
+void ReportCorrupt(int worker, const std::string& name, gpubroker::Buffer& b, uint64_t checked,
+                   int64_t bad) {
+  namespace t = gpubroker::testing;
+  const uint64_t n = std::min<uint64_t>(b.size(), 16);
+  std::string bytes;
+  bool zeros = true;
+  std::vector<uint8_t> got(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    got[i] = t::Peek(b, i);
+    zeros = zeros && got[i] == 0;
+    char hex[4];
+    std::snprintf(hex, sizeof hex, "%02x", got[i]);
+    bytes += hex;
+  }
+  // PatternByte(0, seed) = 7 * seed + 1 (mod 256), and 183 = 7^-1 (mod 256).
+  const uint64_t residue = ((got.empty() ? 0 : got[0]) - 1u) * 183u & 0xff;
+  bool pattern = !got.empty();
+  for (uint64_t i = 0; i < n; ++i) pattern = pattern && got[i] == t::PatternByte(i, residue);
+  const std::string what = zeros     ? "zeros"
+                           : pattern ? "the pattern of an id = " + std::to_string(residue) +
+                                           " (mod 256), expected " + std::to_string(b.id() % 256)
+                                     : "no pattern";
+  const int64_t again = t::Check(b, b.id(), checked, /*stream_wait=*/true);
+  const gpubroker::BufferInfo& info = b.info();
+  std::fprintf(
+      stderr,
+      "CORRUPT worker %d: %s (id %lu) byte %ld; %lu of %lu bytes, %s%s, state %s, "
+      "owner session %lu; bytes 0..%lu: %s (%s); read again after its fence: %s\n",
+      worker, name.c_str(), static_cast<unsigned long>(b.id()), static_cast<long>(bad),
+      static_cast<unsigned long>(info.size), static_cast<unsigned long>(info.reserved_size),
+      info.backing.c_str(), info.client_made ? " (client-made)" : "",
+      std::string(gpubroker::BufferStateName(info.state)).c_str(),
+      static_cast<unsigned long>(info.owner_session), static_cast<unsigned long>(n), bytes.c_str(),
+      what.c_str(), again < 0 ? "right" : ("wrong at byte " + std::to_string(again)).c_str());
+}
+
 int Worker(const Options& o) {
   std::mt19937_64 rng(o.seed);
   std::optional<gpubroker::Client> client;
@@ -120,6 +161,11 @@ int Worker(const Options& o) {
         const uint64_t size = 1 + rng() % o.size_max;
         gpubroker::Buffer b = client->allocate(size, ao);
         // The buffer's id seeds its bytes: a reader can check them knowing the id alone.
+        // A buffer this client made gets its id when it is published: publish()
+        // says when its name is taken (id() would answer 0, and the seal below
+        // could still publish it, under an id its bytes do not carry, once the
+        // name came free).
+        b.publish();
         gpubroker::testing::Fill(b, b.id(), std::min<uint64_t>(size, 4096));
         b.seal();
         mine.push_back(std::move(b));
@@ -133,12 +179,9 @@ int Worker(const Options& o) {
           oo.timeout = std::chrono::milliseconds(20 + rng() % 80);
         }
         gpubroker::Buffer b = client->open(name, oo);
-        const int64_t bad =
-            gpubroker::testing::Check(b, b.id(), std::min<uint64_t>(b.size(), 4096));
-        if (bad >= 0) {
-          std::fprintf(stderr, "CORRUPT worker %d: %s (id %lu) byte %ld\n", o.worker, name.c_str(),
-                       static_cast<unsigned long>(b.id()), static_cast<long>(bad));
-        }
+        const uint64_t checked = std::min<uint64_t>(b.size(), 4096);
+        const int64_t bad = gpubroker::testing::Check(b, b.id(), checked);
+        if (bad >= 0) ReportCorrupt(o.worker, name, b, checked, bad);
         theirs.push_back(std::move(b));
         if (theirs.size() > 8) theirs.pop_front();
       } else if (dice < 85) {

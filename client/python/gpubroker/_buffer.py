@@ -222,12 +222,18 @@ class Buffer:
     def id(self) -> int:
         """The buffer's id. A buffer this client made is published first (one
         round trip, the first time), so that another process may open it by
-        this id; 0 once released unpublished."""
+        this id; 0 once released unpublished. Raises AlreadyExists when its
+        name is taken (it stays unpublished, and asking again tries again)."""
         f = self._f()
         if f.id is None:
             with self._lock:
-                if f.id is None and self._h is not None:
-                    f.id = self._lib.buffer_id(self._h)
+                h = self._h
+                if f.id is None and h is not None:
+                    # The publication's refusal is raised (the C ABI's id
+                    # would answer 0), and no 0 is kept: a later seal may
+                    # still publish it.
+                    self.publish()
+                    f.id = self._lib.buffer_id(h) or None
         return f.id or 0
 
     @property
