@@ -69,7 +69,8 @@ class GPUBROKER_API Buffer {
   }
   /// @brief The buffer's id. A buffer this client made and has not yet
   /// published is published first (one round trip, the first time), so that
-  /// another process may open it by this id. 0 when that fails.
+  /// another process may open it by this id. 0 when that fails (its name
+  /// taken, say): call publish() first where the id matters, which throws.
   BufferId id() const noexcept;
   const std::string& name() const noexcept {
     Learn();

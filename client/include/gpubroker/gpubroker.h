@@ -375,6 +375,11 @@ GPUBROKER_C_API gpubroker_status_t gpubroker_buffer_to_dlpack(gpubroker_buffer_t
 
 GPUBROKER_C_API void* gpubroker_buffer_data(const gpubroker_buffer_t* buffer);
 GPUBROKER_C_API uint64_t gpubroker_buffer_size(const gpubroker_buffer_t* buffer);
+/**
+ * @brief The buffer's id. A buffer this client made is published first (one
+ * round trip, the first time). 0 when that fails (its name taken, say):
+ * call gpubroker_buffer_publish first where the id matters, which says why.
+ */
 GPUBROKER_C_API uint64_t gpubroker_buffer_id(const gpubroker_buffer_t* buffer);
 /** @brief "" when unnamed. Valid as long as the handle. */
 GPUBROKER_C_API const char* gpubroker_buffer_name(const gpubroker_buffer_t* buffer);
