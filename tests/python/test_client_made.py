@@ -51,6 +51,8 @@ def test_an_id_asked_while_the_name_is_taken_raises_and_is_not_kept(client):
     second = client.allocate(64, name="made.taken")
     with pytest.raises(gpubroker.AlreadyExists):
         second.id
+    with pytest.raises(gpubroker.AlreadyExists):
+        second.info()
     assert not second.is_published
     first.release()  # the owner's release of an unkept buffer frees its name
     second.seal()

@@ -342,13 +342,16 @@ class Buffer:
                 f"{self.nbytes} bytes on {self.device} {state}>")  # fmt: skip
 
     def info(self) -> "BufferInfo":
-        """The daemon's description of the buffer (tenant, leases, keep, backing...)."""
+        """The daemon's description of the buffer (tenant, leases, keep,
+        backing...). A buffer this client made is published first, as for
+        ``id``: AlreadyExists when its name is taken."""
         import json
 
         from ._client import BufferInfo
 
         with self._lock:
             h = self._usable()
+            self.publish()  # the C ABI would describe it unpublished, id 0
             out = c_void_p()
             self._lib.check(self._lib.buffer_info_json(h, byref(out)))
             return BufferInfo.from_json(json.loads(self._lib.take_string(out)))
