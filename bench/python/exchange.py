@@ -284,7 +284,7 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
             del a, msg
             buf.release()
             stamps[case, i] = [t_recv, t_loaded, t_wrap, t_write, t_sync, t_answer, now()]
-        elif case in ("broker-wait-cupy", "broker-waitawake-cupy"):
+        elif CASES[case][2] == "wait":  # B waits in the broker
             conn.send("parked")
             buf = client.open(msg[2], wait=True, timeout=30,
                               awake=WAIT_AWAKE_S if case == "broker-waitawake-cupy" else None)
@@ -402,7 +402,7 @@ class Run:
         name = f"bench.{os.getpid()}.{self._n}"
         self._n += 1
         m: List[Tuple[str, int]] = []
-        waits = case in ("broker-wait-cupy", "broker-waitawake-cupy")  # B waits in the broker
+        waits = CASES[case][2] == "wait"  # B waits in the broker
         if case in ("broker-cupy", "broker-torch", "broker-wait-cupy", "broker-posted-cupy",
                     "broker-postedopen-cupy", "broker-waitawake-cupy"):  # fmt: skip
             if waits:
