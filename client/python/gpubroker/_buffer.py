@@ -407,10 +407,7 @@ class Buffer:
         """
         lib = self._lib
         if lib.buffer_wait_sealed is None:
-            from ._errors import Unimplemented
-
-            raise Unimplemented(f"{lib.path} cannot wait for a seal (gpubroker_buffer_wait_sealed): "
-                                "install a matching libgpubroker")  # fmt: skip
+            raise _too_old(lib, "cannot wait for a seal (gpubroker_buffer_wait_sealed)")
         from ._client import _ms, _us  # the package's conversions of times
 
         ms = -1 if timeout is None else _ms(timeout, "timeout")  # -1: the library's default
@@ -418,11 +415,7 @@ class Buffer:
         more: Tuple[int, ...] = ()
         if awake is not None:
             if lib.buffer_wait_sealed_awake is None:
-                from ._errors import Unimplemented
-
-                raise Unimplemented(f"{lib.path} cannot keep a wait awake "
-                                    "(gpubroker_buffer_wait_sealed_awake): install a matching "
-                                    "libgpubroker")  # fmt: skip
+                raise _too_old(lib, "cannot keep a wait awake (gpubroker_buffer_wait_sealed_awake)")
             wait, more = lib.buffer_wait_sealed_awake, (_us(awake, "awake"),)
         with self._lock:
             rc = wait(self._usable(), ms, *more)
@@ -788,11 +781,15 @@ def _ticket_ms(ttl: Union[None, float, timedelta]) -> int:
     return max(int(round(seconds * 1000)), 1)
 
 
-def _no_tickets(lib: Any) -> Error:
+def _too_old(lib: Any, lacks: str) -> Error:
+    """The error of a call that the loaded library is too old for."""
     from ._errors import Unimplemented
 
-    return Unimplemented(f"{lib.path} has no tickets (gpubroker_buffer_ticket, gpubroker_claim): "
-                         "install a matching libgpubroker")  # fmt: skip
+    return Unimplemented(f"{lib.path} {lacks}: install a matching libgpubroker")
+
+
+def _no_tickets(lib: Any) -> Error:
+    return _too_old(lib, "has no tickets (gpubroker_buffer_ticket, gpubroker_claim)")
 
 
 _TORCH: Optional[Tuple[Any, Any]] = None
