@@ -198,7 +198,11 @@ TEST(ClientWaits, AWaitThatStaysAwakeCostsTheDaemonOnlyWhileParkedAndWithinItsCa
     EXPECT_EQ(b.size(), 8192u);
     opened = true;
   });
+  // The wait is parked (and seen by the gauge) a moment before the session
+  // thread counts it as awake: both are looked for, not the one read after the other.
   ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
   EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 1);
   std::this_thread::sleep_for(100ms);
   Helper producer(daemon.socket_dir());
@@ -285,7 +289,11 @@ TEST(ClientWaits, AConsumerThatAskedFirstCanWaitForTheSealAwake) {
     b.wait_sealed(20s, 5ms);
     sealed = b.info().state == BufferState::kSealed;
   });
+  // The wait is parked (and seen by the gauge) a moment before the session
+  // thread counts it as awake: both are looked for, not the one read after the other.
   ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
   EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 1);
   producer.Ok("seal p");
   waiter.join();
