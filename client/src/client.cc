@@ -189,13 +189,14 @@ void Buffer::ThrowRefused() const {
   if (refused_) std::rethrow_exception(std::exchange(refused_, nullptr));
 }
 
-void Buffer::publish() {
+BufferId Buffer::publish() {
   if (!impl_) ThrowError(ErrorCode::kFailedPrecondition, "publish on an empty Buffer handle");
   Settle();
   ThrowRefused();
   const detail::LocalBlock* block = mapping_ ? mapping_->local_block() : nullptr;
   if (block != nullptr && info_.id == 0)
     AdoptPublished(info_, impl_->Publish(*block, info_, false));
+  return info_.id;
 }
 
 void Buffer::EnsurePublished() const noexcept {

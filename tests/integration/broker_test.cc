@@ -208,11 +208,16 @@ TEST(Broker, CppClientReportsTypedErrors) {
   EXPECT_FALSE(b.is_published());
   EXPECT_THROW(client.open("dup"), NotFoundError)
       << "a client-made buffer is private until published";
-  b.publish();  // the name is taken now; the buffer is unsealed
+  const BufferId id = b.publish();  // the name is taken now; the buffer is unsealed
+  EXPECT_NE(id, 0u);
   EXPECT_TRUE(b.is_published());
+  EXPECT_EQ(b.id(), id);
+  EXPECT_EQ(b.publish(), id) << "published already: nothing is sent, the same id answers";
   EXPECT_THROW(client.open("dup"), FailedPreconditionError);
   // A client-made buffer takes its name when it is published...
   auto c = client.allocate(4096, {.name = "dup"});
+  EXPECT_THROW(c.publish(), AlreadyExistsError);
+  EXPECT_EQ(c.id(), 0u) << "id() is noexcept: a refused publish answers 0";
   EXPECT_THROW(c.seal(), AlreadyExistsError);
   // ...one of the daemon's (kept past the session) when it is allocated.
   EXPECT_THROW(client.allocate(4096, {.name = "dup", .keep = true}), AlreadyExistsError);

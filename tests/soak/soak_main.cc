@@ -165,8 +165,8 @@ int Worker(const Options& o) {
         // says when its name is taken (id() would answer 0, and the seal below
         // could still publish it, under an id its bytes do not carry, once the
         // name came free).
-        b.publish();
-        gpubroker::testing::Fill(b, b.id(), std::min<uint64_t>(size, 4096));
+        const gpubroker::BufferId id = b.publish();
+        gpubroker::testing::Fill(b, id, std::min<uint64_t>(size, 4096));
         b.seal();
         mine.push_back(std::move(b));
         if (mine.size() > 16) mine.pop_front();

@@ -70,7 +70,7 @@ class GPUBROKER_API Buffer {
   /// @brief The buffer's id. A buffer this client made and has not yet
   /// published is published first (one round trip, the first time), so that
   /// another process may open it by this id. 0 when that fails (its name
-  /// taken, say): call publish() first where the id matters, which throws.
+  /// taken, say): where the id matters, take it from publish(), which throws.
   BufferId id() const noexcept;
   const std::string& name() const noexcept {
     Learn();
@@ -94,8 +94,9 @@ class GPUBROKER_API Buffer {
   /// @brief Makes a buffer this client made known to the daemon now, under
   /// its name, unsealed, so that others may open it (with allow_unsealed, or
   /// wait for its seal). Nothing for a buffer that is known already.
+  /// @return The buffer's id, never 0.
   /// @throws AlreadyExistsError when its name is taken.
-  void publish();
+  BufferId publish();
 
   /// @brief True when this handle came from allocate().
   bool is_owner() const noexcept { return owner_; }
