@@ -50,9 +50,13 @@ def test_invalid_argument(client):
 
 def test_already_exists(client):
     first = client.allocate(64, name="dup")  # held: dropping it frees it
-    first.publish()
+    published = first.publish()
+    assert published != 0 and first.id == published
+    assert first.publish() == published  # known already: the same id
     # A buffer the client makes itself takes its name when it is published...
     second = client.allocate(64, name="dup")
+    with pytest.raises(gpubroker.AlreadyExists, match="taken"):
+        second.publish()
     with pytest.raises(gpubroker.AlreadyExists, match="taken"):
         second.seal()
     # ...one of the daemon's (kept past the session) when it is allocated.

@@ -232,7 +232,7 @@ class Buffer:
                     # The publication's refusal is raised (the C ABI's id
                     # would answer 0), and no 0 is kept: a later seal may
                     # still publish it.
-                    self.publish()
+                    self._publish()
                     f.id = self._lib.buffer_id(h) or None
         return f.id or 0
 
@@ -246,10 +246,15 @@ class Buffer:
             self._answer()
             return bool(self._lib.buffer_is_published(self._h))
 
-    def publish(self) -> None:
+    def publish(self) -> int:
         """Makes a buffer this client made known to the daemon now, under its
-        name, unsealed, so that others may open it (``id`` does it too).
-        Raises AlreadyExists when its name is taken."""
+        name, unsealed, so that others may open it (``id`` does it too), and
+        returns its id. Nothing is sent for a buffer known already. Raises
+        AlreadyExists when its name is taken."""
+        self._publish()
+        return self.id
+
+    def _publish(self) -> None:
         from ._client import check
 
         with self._lock:

@@ -18,6 +18,7 @@ def misuse(client: gpubroker.Client, buf: gpubroker.Buffer) -> None:
     shape: tuple[str, ...] = buf.shape  # error
     sealed: str = buf.is_sealed  # error
     ticket: str = buf.ticket()  # error
+    published: str = buf.publish()  # error
     tenant: int = buf.info().tenant  # error
     sessions: str = client.status().sessions  # error
     listed: int = client.list()  # error
@@ -25,4 +26,4 @@ def misuse(client: gpubroker.Client, buf: gpubroker.Buffer) -> None:
     buf.wait_sealed(awake="now")  # error
     gpubroker.connect(3)  # error
     gpubroker.nonexistent()  # error
-    del size, name, shape, sealed, ticket, tenant, sessions, listed
+    del size, name, shape, sealed, ticket, published, tenant, sessions, listed

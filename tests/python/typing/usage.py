@@ -20,12 +20,13 @@ def producer(socket_dir: str) -> int:
         ordinal: int = buf.device_id
         address: int = buf.data_ptr
         sealed: bool = buf.is_sealed and buf.is_owner and buf.is_cuda
+        published: int = buf.publish()
         buf.seal(posted=True)
         ticket: bytes = raw.ticket(ttl=10.0)
         info: gpubroker.BufferInfo = buf.info()
         tenant: str = info.tenant
         raw.release()
-        del shape, dtype, strides, name, ordinal, address, sealed, ticket, tenant
+        del shape, dtype, strides, name, ordinal, address, sealed, published, ticket, tenant
         return nbytes + buf.id
 
 
