@@ -7,7 +7,6 @@ import pytest
 
 import gpubroker
 from gpubroker import _errors, _lib
-from conftest import Helper
 
 
 def has_reasons() -> bool:

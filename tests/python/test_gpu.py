@@ -2,7 +2,6 @@
 Numba. They skip, saying why, where no GPU or framework is present."""
 
 import importlib.util
-import os
 
 import pytest
 
@@ -71,7 +70,7 @@ def test_torch_produces_cupy_writes_back_jax_reads_one_buffer_no_copy(gpu_daemon
     assert ok == "True", "CuPy read wrong values"
     assert int(grew) < int(nbytes) // 2, f"device memory fell by {grew} bytes on open: a copy?"
 
-    reader = children(f"""
+    reader = children("""
         import jax, jax.numpy as jnp
         c = gpubroker.connect()
         buf = c.open("gpu.tri")
