@@ -151,7 +151,7 @@ double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool post
     sent = SendTagged(peer.channel.get(), kByName, ao.name);
   } else {
     if (seal) b.seal();
-    const BufferId id = seal ? b.id() : (b.id() | kUnsealed);
+    const BufferId id = seal ? b.id() : (b.publish() | kUnsealed);  // a refusal throws
     sent = ::write(peer.channel.get(), &id, sizeof(id)) == sizeof(id);
   }
   if (!sent || ::read(peer.channel.get(), &ack, 1) != 1) {
