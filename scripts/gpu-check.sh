@@ -4,12 +4,14 @@
 # no time for the whole of gpu-run.sh (which takes over ten). In order, each
 # with its own time limit, so that a hang costs only its step:
 #   1. the GPU integration tests (gpubroker_gpu_tests);
-#   2. every Python suite (host and GPU);
-#   3. the 40 GiB VMM import and map (gpubroker-vmm-map-probe);
-#   4. the Python hand-over by issue #12's steps at 64 MiB and 1 GiB (--quick);
-#   5. the consumer's open and as_cupy() cut apart (consumer_steps.py);
-#   6. the C++ hand-over at 64 MiB, seal + wait included (--quick);
-#   7. on a GPU of more than 120 GB (an H200), the 40 GiB rows, cold and recycled.
+#   2. the soak on the CUDA backend, 45 s (SOAK_SECONDS; 0 skips it): 24
+#      clients of mixed calls and SIGKILLs, every read checked;
+#   3. every Python suite (host and GPU);
+#   4. the 40 GiB VMM import and map (gpubroker-vmm-map-probe);
+#   5. the Python hand-over by issue #12's steps at 64 MiB and 1 GiB (--quick);
+#   6. the consumer's open and as_cupy() cut apart (consumer_steps.py);
+#   7. the C++ hand-over at 64 MiB, seal + wait included (--quick);
+#   8. on a GPU of more than 120 GB (an H200), the 40 GiB rows, cold and recycled.
 # Logs and results go to $OUT (default ./gpu-results), and all of them in one
 # archive there too (gpu-check.tar.gz, for a runner that fetches few files);
 # the summary is printed.
@@ -48,6 +50,14 @@ grep -E "^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ tests?,|Failure|Expecte
 if ! grep -q "^\[  PASSED  \] [1-9]" "$out/gpu-tests.log"; then
   echo "  no GPU integration test ran (all skipped: is the GPU usable?)"
   status=1
+fi
+
+if [ "${SOAK_SECONDS:-45}" -gt 0 ]; then
+  step "soak on the GPU (${SOAK_SECONDS:-45} s)"
+  timeout $((${SOAK_SECONDS:-45} + 60)) gpubroker-soak --backend cuda --duration "${SOAK_SECONDS:-45}" \
+    --clients 24 --rate 300 --log "$out/soak" --json-out "$out/soak.json" >"$out/soak.txt" 2>&1 ||
+    status=1
+  grep -iE "^soak|calls:|at the end|corrupt|unexpected" "$out/soak.txt" | head -20
 fi
 
 step "Python tests"
