@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 STYLE = {
     "gpubroker": ("tab:blue", "o", "-"),
-    "gpubroker (Python)": ("tab:cyan", "o", "--"),
+    "gpubroker from Python, on torch.mp's Queue": ("tab:cyan", "o", "--"),
     "gpubroker cold": ("tab:purple", "D", "none"),
     "torch.mp": ("tab:red", "s", "-"),
     "copy": ("tab:gray", "^", "-"),
