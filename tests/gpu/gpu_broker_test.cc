@@ -185,9 +185,9 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
   const double reclaimed1 = daemon.Metric(kReclaimedDied);
   auto used = [&] { return Device0(observer)["used_bytes"].get<uint64_t>() - base; };
   // Gone: the owner's pool and VMM buffers. Kept: the shared one (importer's lease).
-  EXPECT_TRUE(Eventually(
-      [&] { return all - used() == static_cast<uint64_t>(reclaimed1 - reclaimed0); }))
-      << all - used() << " bytes gone, " << reclaimed1 - reclaimed0 << " reclaimed";
+  const auto owners = static_cast<uint64_t>(reclaimed1 - reclaimed0);
+  EXPECT_TRUE(Eventually([&] { return all - used() == owners; }))
+      << all - used() << " bytes gone, " << owners << " reclaimed";
   const uint64_t after_owner = used();
   EXPECT_GE(all - after_owner, (64 + 512) * kMiB);
   EXPECT_LT(all - after_owner, (64 + 512 + 32) * kMiB);
@@ -200,9 +200,9 @@ TEST_P(GpuPath, SigkillOfOwnerAndImporterReturnsExactlyTheirBytes) {
   ASSERT_TRUE(Eventually([&] { return Status(observer)["sessions"] == 2; }));
   ASSERT_TRUE(Eventually([&] { return daemon.Metric(kReclaimedDied) > reclaimed1; }));
   const double reclaimed2 = daemon.Metric(kReclaimedDied);
-  EXPECT_TRUE(Eventually(
-      [&] { return after_owner - used() == static_cast<uint64_t>(reclaimed2 - reclaimed1); }))
-      << after_owner - used() << " bytes gone, " << reclaimed2 - reclaimed1 << " reclaimed";
+  const auto importers = static_cast<uint64_t>(reclaimed2 - reclaimed1);
+  EXPECT_TRUE(Eventually([&] { return after_owner - used() == importers; }))
+      << after_owner - used() << " bytes gone, " << importers << " reclaimed";
   const uint64_t after_importer = used();
   EXPECT_GE(after_owner - after_importer, (32 + 8) * kMiB);
   EXPECT_EQ(bystander.Send("check c 4"), "ok");

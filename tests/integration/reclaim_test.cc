@@ -151,8 +151,8 @@ TEST(Reclaim, CleanExitCountsAsClosedNotDied) {
       [&] { return daemon.Metric("gpubroker_sessions_ended_total{end=\"closed\"}") == 1; }));
   EXPECT_EQ(daemon.Metric("gpubroker_sessions_ended_total{end=\"died\"}"), 0);
   // Its memory reaches the pool just after the books (outside the lock).
-  EXPECT_TRUE(Eventually(
-      [&] { return daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}") == 0; }));
+  EXPECT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_pool_used_bytes{device=\"host\"}") == 0; }));
 }
 
 // Every scrape sees a session's end and what it gave back together: the

@@ -199,7 +199,7 @@ TEST(ClientWaits, AWaitThatStaysAwakeCostsTheDaemonOnlyWhileParkedAndWithinItsCa
     opened = true;
   });
   // The wait is parked (and seen by the gauge) a moment before the session
-  // thread counts it as awake: both are looked for, not the one read after the other.
+  // thread counts it as awake: wait for each, rather than read the count right after the gauge.
   ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
   ASSERT_TRUE(
       Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
@@ -290,7 +290,7 @@ TEST(ClientWaits, AConsumerThatAskedFirstCanWaitForTheSealAwake) {
     sealed = b.info().state == BufferState::kSealed;
   });
   // The wait is parked (and seen by the gauge) a moment before the session
-  // thread counts it as awake: both are looked for, not the one read after the other.
+  // thread counts it as awake: wait for each, rather than read the count right after the gauge.
   ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
   ASSERT_TRUE(
       Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
