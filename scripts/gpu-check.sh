@@ -52,9 +52,10 @@ if ! grep -q "^\[  PASSED  \] [1-9]" "$out/gpu-tests.log"; then
   status=1
 fi
 
-if [ "${SOAK_SECONDS:-45}" -gt 0 ]; then
-  step "soak on the GPU (${SOAK_SECONDS:-45} s)"
-  timeout $((${SOAK_SECONDS:-45} + 60)) gpubroker-soak --backend cuda --duration "${SOAK_SECONDS:-45}" \
+soak_seconds=${SOAK_SECONDS:-45}
+if [ "$soak_seconds" -gt 0 ]; then
+  step "soak on the GPU ($soak_seconds s)"
+  timeout $((soak_seconds + 60)) gpubroker-soak --backend cuda --duration "$soak_seconds" \
     --clients 24 --rate 300 --log "$out/soak" --json-out "$out/soak.json" >"$out/soak.txt" 2>&1 ||
     status=1
   grep -iE "^soak|calls:|at the end|corrupt|unexpected" "$out/soak.txt" | head -20

@@ -82,7 +82,6 @@ bool Expected(gpubroker::ErrorCode code) {
   }
 }
 
-// A noisy client: a random mix of every call, paced at `rate` ops per second.
 // A read that broke the pattern, said so that its cause can be told apart:
 // what was there instead (another buffer's pattern names that buffer's id
 // modulo 256 in its first byte; zeros; neither), the handle's view of the
@@ -124,6 +123,7 @@ void ReportCorrupt(int worker, const std::string& name, gpubroker::Buffer& b, ui
       what.c_str(), again < 0 ? "right" : ("wrong at byte " + std::to_string(again)).c_str());
 }
 
+// A noisy client: a random mix of every call, paced at `rate` ops per second.
 int Worker(const Options& o) {
   std::mt19937_64 rng(o.seed);
   std::optional<gpubroker::Client> client;

@@ -356,7 +356,7 @@ class Buffer:
 
         with self._lock:
             h = self._usable()
-            self.publish()  # the C ABI would describe it unpublished, id 0
+            self._publish()  # the C ABI would describe it unpublished, id 0
             out = c_void_p()
             self._lib.check(self._lib.buffer_info_json(h, byref(out)))
             return BufferInfo.from_json(json.loads(self._lib.take_string(out)))
