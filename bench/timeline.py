@@ -9,6 +9,9 @@ long. p50 over the iterations, in microseconds.
     python3 bench/timeline.py DIR [--show N]
 
 --show N prints the N-th seal + wait's records from every process, whole.
+--slow-calls US lists the client calls whose answer took over US µs (any
+case, the hand-overs' Publish and Open included) with the records around the
+first --show of them.
 """
 
 import argparse
@@ -234,6 +237,43 @@ def ping(processes):
     return rows
 
 
+def slow_calls(processes, over_us, show):
+    """Every client call (a send, then its answer taken in: mark 110, on the
+    same thread) that waited more than `over_us` for its answer, and under
+    1.5 ms (longer ones are parked waits); the first `show` of them printed
+    with every process's records around them. Returns the waits, in µs."""
+    daemon = daemon_pid(processes)
+    everything = sorted((r for recs in processes.values() for r in recs), key=lambda r: r.start)
+    waits, shown = [], 0
+    for pid, recs in processes.items():
+        if pid == daemon:
+            continue
+        by_thread = {}
+        for r in recs:
+            by_thread.setdefault(r.tid, []).append(r)
+        for rs in by_thread.values():
+            rs.sort(key=lambda r: r.start)
+            for i, r in enumerate(rs):
+                if r.op not in SENDS or r.result <= 0:
+                    continue
+                later = rs[i + 1:]
+                taken = next((x for x in later if x.op == "mark" and x.fd == ANSWER_TAKEN), None)
+                resent = next((x for x in later if x.op in SENDS and x.result > 0), None)
+                if taken is None or (resent is not None and resent.start < taken.start):
+                    continue  # not a call, or one answered after another send
+                wait = (taken.start - r.end) / 1e3
+                waits.append(wait)
+                if over_us < wait < 1500 and shown < show:
+                    shown += 1
+                    print(f"--- a call of {r.name}[{pid}/{r.tid}] waited {wait:.1f} µs for its "
+                          "answer; every process's records from 20 ms before (µs from its send):")
+                    for x in everything:
+                        if r.start - 20_000_000 <= x.start <= taken.end + 5_000_000 or (
+                                x.start < r.start < x.end):  # fmt: skip
+                            print(x.describe(r.start))
+    return waits
+
+
 def report(title, rows):
     if not rows:
         return
@@ -252,10 +292,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
     parser.add_argument("--show", type=int, help="print the records of this seal + wait")
+    parser.add_argument("--slow-calls", type=float, metavar="US",
+                        help="instead: the client calls whose answer took over US µs, the "
+                        "first --show (default 3) of them with every process's records around")
     args = parser.parse_args()
     processes = load(args.folder)
     if not processes:
         sys.exit(f"no timeline.*.bin in {args.folder}")
+    if args.slow_calls is not None:
+        waits = slow_calls(processes, args.slow_calls, 3 if args.show is None else args.show)
+        if not waits:
+            sys.exit("no client call with its answer taken in: was the library loaded?")
+        slow = sum(args.slow_calls < w < 1500 for w in waits)
+        print(f"{len(waits)} calls, p50 {statistics.median(waits):.1f} µs; {slow} over "
+              f"{args.slow_calls:g} µs, {sum(w >= 1500 for w in waits)} parked (1.5 ms or more)")
+        return
     cut = [seal_wait(processes, SEAL, args.show), seal_wait(processes, SEAL_POSTED, args.show),
            ping(processes)]
     report("seal + wait, A's seal confirmed", cut[0])
