@@ -33,6 +33,8 @@ SEAL, SEAL_POSTED, SEAL_AWAKE, OPENED, WAITED, SYNCED, PING, PING_END = (
     10, 12, 13, 20, 21, 22, 30, 31)
 # common/trace.h
 DECODED, SERVED, PARKED_ANSWER, ANSWER_TAKEN, MAPPED = 100, 101, 102, 110, 111
+# A call that waited this long (µs) or longer was parked (an Open that waits).
+PARKED_US = 1500
 
 
 class Rec:
@@ -240,7 +242,7 @@ def ping(processes):
 def slow_calls(processes, over_us, show):
     """Every client call (a send, then its answer taken in: mark 110, on the
     same thread) that waited more than `over_us` for its answer, and under
-    1.5 ms (longer ones are parked waits); the first `show` of them printed
+    PARKED_US (longer ones are parked waits); the first `show` of them printed
     with every process's records around them. Returns the waits, in µs."""
     daemon = daemon_pid(processes)
     everything = sorted((r for recs in processes.values() for r in recs), key=lambda r: r.start)
@@ -248,31 +250,25 @@ def slow_calls(processes, over_us, show):
     for pid, recs in processes.items():
         if pid == daemon:
             continue
-        by_thread = {}
-        for r in recs:
-            by_thread.setdefault(r.tid, []).append(r)
-        for rs in by_thread.values():
-            rs.sort(key=lambda r: r.start)
-            for i, r in enumerate(rs):
-                if r.op not in SENDS or r.result <= 0:
-                    continue
-                later = rs[i + 1:]
-                taken = next((x for x in later if x.op == "mark" and x.fd == ANSWER_TAKEN), None)
-                resent = next((x for x in later if x.op in SENDS and x.result > 0), None)
-                if taken is None or (resent is not None and resent.start < taken.start):
-                    continue  # not a call, or one answered after another send
-                wait = (taken.start - r.end) / 1e3
-                waits.append(wait)
-                if over_us < wait < 1500 and shown < show:
-                    shown += 1
-                    print(f"--- a call of {r.name}[{pid}/{r.tid}] waited {wait:.1f} µs for its "
-                          "answer; every process's records from 20 ms before (µs from its send):")
-                    for x in everything:
-                        if r.start - 20_000_000 <= x.start <= taken.end + 5_000_000 or (
-                                x.start < r.start < x.end):  # fmt: skip
-                            print(x.describe(r.start))
+        sent = {}  # by thread: its last send not answered yet
+        for r in sorted(recs, key=lambda r: r.start):
+            if r.op in SENDS and r.result > 0:
+                sent[r.tid] = r  # a send before the answer replaces the one before it
+                continue
+            if r.op != "mark" or r.fd != ANSWER_TAKEN or r.tid not in sent:
+                continue
+            call = sent.pop(r.tid)
+            wait = (r.start - call.end) / 1e3
+            waits.append(wait)
+            if over_us < wait < PARKED_US and shown < show:
+                shown += 1
+                print(f"--- a call of {call.name}[{pid}/{call.tid}] waited {wait:.1f} µs for its "
+                      "answer; every process's records from 20 ms before (µs from its send):")
+                for x in everything:
+                    if call.start - 20_000_000 <= x.start <= r.end + 5_000_000 or (
+                            x.start < call.start < x.end):  # fmt: skip
+                        print(x.describe(call.start))
     return waits
-
 
 def report(title, rows):
     if not rows:
@@ -303,9 +299,10 @@ def main():
         waits = slow_calls(processes, args.slow_calls, 3 if args.show is None else args.show)
         if not waits:
             sys.exit("no client call with its answer taken in: was the library loaded?")
-        slow = sum(args.slow_calls < w < 1500 for w in waits)
+        slow = sum(args.slow_calls < w < PARKED_US for w in waits)
+        parked = sum(w >= PARKED_US for w in waits)
         print(f"{len(waits)} calls, p50 {statistics.median(waits):.1f} µs; {slow} over "
-              f"{args.slow_calls:g} µs, {sum(w >= 1500 for w in waits)} parked (1.5 ms or more)")
+              f"{args.slow_calls:g} µs, {parked} parked ({PARKED_US:g} µs or more)")
         return
     cut = [seal_wait(processes, SEAL, args.show), seal_wait(processes, SEAL_POSTED, args.show),
            ping(processes)]
