@@ -242,6 +242,16 @@ Metrics::Metrics(const NodeStatusCollector& status)
                             "the CPU those waits cost the daemon.")
                         .Register(*registry_)
                         .Add({});
+  auto& turns = prometheus::BuildCounter()
+                    .Name("gpubroker_session_turns_total")
+                    .Help(
+                        "Turns of session.sock's thread that served client frames, by whether "
+                        "the thread was asleep when they came (each such turn paid a "
+                        "wake-up) or polling (--busy-poll-us after a frame, or an Open "
+                        "waiting awake).")
+                    .Register(*registry_);
+  session_turns_[0] = &turns.Add({{"thread", "asleep"}});
+  session_turns_[1] = &turns.Add({{"thread", "polling"}});
   by_client_ = &client_allocations_.Add({{"path", "client"}});
   by_session_ = &client_allocations_.Add({{"path", "session"}});
   by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
@@ -371,6 +381,11 @@ void Metrics::OpenLookedAhead(bool found) { looked_ahead_[found ? 1 : 0]->Increm
 void Metrics::WaitAwakeAsked() { awake_waits_->Increment(); }
 
 void Metrics::WaitedAwake(double seconds) { awake_seconds_->Increment(seconds); }
+
+void Metrics::SessionTurns(uint64_t asleep, uint64_t polling) {
+  if (asleep != 0) session_turns_[0]->Increment(static_cast<double>(asleep));
+  if (polling != 0) session_turns_[1]->Increment(static_cast<double>(polling));
+}
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }
 

@@ -58,6 +58,10 @@ class Metrics {
   void WaitAwakeAsked();
   /// session.sock's thread polled `seconds` (instead of sleeping) for such waits.
   void WaitedAwake(double seconds);
+  /// Turns of session.sock's thread that served client frames since the last
+  /// report: those that found it asleep (each paid its wake-up) and those that
+  /// found it polling.
+  void SessionTurns(uint64_t asleep, uint64_t polling);
 
   /// A frame that session.sock's thread serves, by what it asks.
   enum class SessionCall {
@@ -109,6 +113,7 @@ class Metrics {
   prometheus::Counter* looked_ahead_[2];  // [found]
   prometheus::Counter* awake_waits_;
   prometheus::Counter* awake_seconds_;
+  prometheus::Counter* session_turns_[2];   // [polling]
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   prometheus::Histogram* session_calls_[kSessionCalls];
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;

@@ -149,6 +149,7 @@ void SessionServer::Loop() {
     const bool for_waits = PollingForWaits(now);
     const bool awake = busy || for_waits;
     const auto turn_start = now;
+    if (!awake) CountTurns();  // about to sleep: off the calls' path
     const int n =
         ::epoll_wait(epoll_.get(), events, 64, awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
@@ -156,6 +157,7 @@ void SessionServer::Loop() {
       break;
     }
     if (n == 0 && awake) SpinPause();
+    bool served = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wake_.get()) {
@@ -178,7 +180,9 @@ void SessionServer::Loop() {
         continue;
       }
       ServeReady(fd, events[i].events);
+      served = true;
     }
+    if (served) ++turns_[awake ? 1 : 0];
     // Waits that ended, whichever thread ended them (a seal on this thread
     // too): answered in this same turn of the loop.
     AnswerParked();
@@ -200,10 +204,17 @@ void SessionServer::Loop() {
       if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev) == 0) listening_ = true;
     }
     if (now >= next_sweep) {
+      CountTurns();
       DropSilent(now);
       next_sweep = now + kSweepInterval;
     }
   }
+}
+
+void SessionServer::CountTurns() {
+  if (turns_[0] == 0 && turns_[1] == 0) return;
+  metrics_.SessionTurns(turns_[0], turns_[1]);
+  turns_[0] = turns_[1] = 0;
 }
 
 void SessionServer::ServeReady(int fd, uint32_t events) {

@@ -130,6 +130,8 @@ class SessionServer {
   void OutOfDescriptors();
   /// Serves what epoll reported for one connection (and drops it if it must go).
   void ServeReady(int fd, uint32_t events);
+  /// Reports the turns counted since the last report (turns_).
+  void CountTurns();
   /// Before a Claim of a ticket not held yet (or of a buffer not sealed
   /// yet) is refused, serves the frames that other sessions have already
   /// sent: the producer's hold, written before it handed the ticket out, is
@@ -203,6 +205,9 @@ class SessionServer {
   int awake_waits_ = 0;
   std::chrono::steady_clock::time_point awake_until_;
   double awake_seconds_ = 0;
+  // Turns that served client frames, [polling], not yet counted: counted
+  // before the thread sleeps and at each sweep, not in a hand-over's turn.
+  uint64_t turns_[2] = {0, 0};
   std::vector<epoll_event> look_ahead_events_;
   std::vector<Deferred> after_look_ahead_;
   absl::Mutex completions_mu_;

@@ -225,6 +225,38 @@ TEST(Lifecycle, AnIdleDaemonSleepsAfterItsBusyPoll) {
   EXPECT_LT(used, 0.25) << "the daemon kept polling with nobody calling";
 }
 
+// Each turn of session.sock's thread that serves frames says whether they
+// found it asleep (a wake-up paid) or polling: what tells an operator whether
+// a longer --busy-poll-us would take the wake-up off the calls.
+TEST(Lifecycle, TurnsSayWhetherFramesFoundTheThreadAsleepOrPolling) {
+  const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
+  const std::string polling = "gpubroker_session_turns_total{thread=\"polling\"}";
+  auto hand_over_ten = [](const Daemon& daemon) {
+    Helper h(daemon.socket_dir());
+    for (int i = 0; i < 10; ++i) {
+      h.Ok("alloc a 8192 name=turn" + std::to_string(i));
+      h.Ok("seal a");  // a Publish, answered: one turn at least
+      h.Ok("release a");
+    }
+  };
+  {
+    Daemon daemon({"--busy-poll-us", "0"});  // never polls: every frame wakes it
+    ASSERT_TRUE(daemon.ok());
+    hand_over_ten(daemon);
+    EXPECT_TRUE(Eventually([&] { return daemon.Metric(asleep) >= 10; }));
+    EXPECT_EQ(daemon.Metric(polling), 0);
+  }
+  {
+    // Polls half a second after each frame: after the session's first frame,
+    // the calls of the loop find it polling.
+    Daemon daemon({"--busy-poll-us", "500000"});
+    ASSERT_TRUE(daemon.ok());
+    hand_over_ten(daemon);
+    EXPECT_TRUE(Eventually([&] { return daemon.Metric(polling) >= 10; }));
+    EXPECT_GT(daemon.Metric(polling), daemon.Metric(asleep));
+  }
+}
+
 // Neither side waiting awake changes what is answered, only how soon.
 TEST(Lifecycle, CallsAreAnsweredWithoutWaitingAwake) {
   Daemon daemon({"--busy-poll-us", "0"});
