@@ -665,6 +665,10 @@ int RunCuda(const Options& o) {
       bare_vmm_share(size, keep ? *r.vmm : w, keep ? vmm_map : w, keep ? vmm_create : w);
     }
     daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
+    // How many of the turns that served these calls paid the daemon's wake-up.
+    std::fprintf(stderr,
+                 "gpubroker-bench: %s: turns of session.sock that found the daemon asleep: %s\n",
+                 s.c_str(), daemon_calls.AsleepTurns().c_str());
     {
       // Which path A's calls took (no slow path is silent).
       const ClientStats p = client.stats();

@@ -1,6 +1,7 @@
 #include "bench/daemon_calls.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "common/http_get.h"
@@ -10,6 +11,9 @@ namespace gpubroker::bench {
 namespace {
 
 constexpr const char* kFamily = "gpubroker_session_call_duration_seconds";
+constexpr const char* kTurns = "gpubroker_session_turns_total{thread=\"";
+constexpr const char* kAsleep = "turns asleep";
+constexpr const char* kPolling = "turns polling";
 
 }  // namespace
 
@@ -22,6 +26,13 @@ std::map<std::string, DaemonCalls::Total> DaemonCalls::Read() const {
   const std::string sum = StrCat(kFamily, "_sum{call=\"");
   const std::string count = StrCat(kFamily, "_count{call=\"");
   for (std::string line; std::getline(in, line);) {
+    if (line.rfind(kTurns, 0) == 0) {
+      const size_t space = line.rfind(' ');
+      if (space == std::string::npos) continue;
+      const bool asleep = line.compare(std::strlen(kTurns), 6, "asleep") == 0;
+      out[asleep ? kAsleep : kPolling].count = std::strtod(line.c_str() + space + 1, nullptr);
+      continue;
+    }
     const bool is_sum = line.rfind(sum, 0) == 0;
     if (!is_sum && line.rfind(count, 0) != 0) continue;
     const size_t from = is_sum ? sum.size() : count.size();
@@ -39,6 +50,7 @@ void DaemonCalls::Mark() { marked_ = Read(); }
 
 void DaemonCalls::AddRows(std::deque<Samples>& results, const std::string& prefix) const {
   for (const auto& [call, now] : Read()) {
+    if (call == kAsleep || call == kPolling) continue;
     Total before;
     if (auto it = marked_.find(call); it != marked_.end()) before = it->second;
     const double n = now.count - before.count;
@@ -47,6 +59,19 @@ void DaemonCalls::AddRows(std::deque<Samples>& results, const std::string& prefi
     s.name = StrCat(prefix, call, " (mean of ", static_cast<uint64_t>(n), ")");
     s.us.push_back((now.seconds - before.seconds) / n * 1e6);
   }
+}
+
+std::string DaemonCalls::AsleepTurns() const {
+  const std::map<std::string, Total> now = Read();
+  auto since = [&](const char* key) {
+    auto n = now.find(key);
+    auto m = marked_.find(key);
+    return (n == now.end() ? 0 : n->second.count) - (m == marked_.end() ? 0 : m->second.count);
+  };
+  const double asleep = since(kAsleep);
+  const double all = asleep + since(kPolling);
+  if (all <= 0) return "";
+  return StrCat(static_cast<uint64_t>(asleep), " of ", static_cast<uint64_t>(all));
 }
 
 }  // namespace gpubroker::bench
