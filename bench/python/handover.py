@@ -65,8 +65,9 @@ def start_daemon(backend: str, busy_poll_us: Optional[int] = None):
 
 def daemon_calls(address: str) -> Dict[str, Dict[str, float]]:
     """The daemon's own time on session.sock per kind of call so far, from
-    its metrics: {call: {"sum": seconds, "count": calls, "le=B": calls <= B}};
-    empty when they cannot be read."""
+    its metrics: {call: {"sum": seconds, "count": calls, "le=B": calls <= B}},
+    and under "turns" its thread's turns by what they found it doing
+    ({"asleep": n, "polling": n}); empty when they cannot be read."""
     if not address:
         return {}
     try:
@@ -80,6 +81,9 @@ def daemon_calls(address: str) -> Dict[str, Dict[str, float]]:
             rf'^{family}_(sum|count|bucket)\{{call="([^"]+)"(?:,le="([^"]+)")?\}} (\S+)$',
             text, re.M):  # fmt: skip
         out.setdefault(call, {})[f"le={le}" if kind == "bucket" else kind] = float(value)
+    for thread, value in re.findall(
+            r'^gpubroker_session_turns_total\{thread="([a-z]+)"\} (\S+)$', text, re.M):  # fmt: skip
+        out.setdefault("turns", {})[thread] = float(value)
     return out
 
 
@@ -87,9 +91,13 @@ def daemon_time_per_call(before: Dict[str, Dict[str, float]],
                          after: Dict[str, Dict[str, float]]) -> Dict[str, Any]:  # fmt: skip
     """Per call between two reads: the mean of the daemon's own time and its
     median, read off the histogram's buckets as Prometheus's
-    histogram_quantile does (linear within the bucket), in microseconds."""
-    out = {}
+    histogram_quantile does (linear within the bucket), in microseconds;
+    and under "turns", of the thread's turns between them, how many found it
+    asleep ({"asleep": n, "of": all})."""
+    out: Dict[str, Any] = {}
     for call, now in after.items():
+        if call == "turns":
+            continue
         was = before.get(call, {})
         n = now.get("count", 0) - was.get("count", 0)
         if n <= 0:
@@ -106,6 +114,10 @@ def daemon_time_per_call(before: Dict[str, Dict[str, float]],
             lower, below = bound, upto
         out[call] = {"mean_us": round(mean, 2), "calls": int(n),
                      "p50_us": round(median, 1) if median is not None else None}  # fmt: skip
+    # How many of the turns that served them found the thread asleep (a wake-up each).
+    turns = {k: v - before.get("turns", {}).get(k, 0) for k, v in after.get("turns", {}).items()}
+    if sum(turns.values()) > 0:
+        out["turns"] = {"asleep": int(turns.get("asleep", 0)), "of": int(sum(turns.values()))}
     return out
 
 
@@ -156,7 +168,11 @@ def print_handover(title: str, by_size: Dict[str, Dict[str, Any]],
             if w:
                 print(f"      [issue #12's steps of it, summed per iteration]{'':<14} "
                       f"{w['p50_us']:>9.1f} {w['p99_us']:>9.1f}")  # fmt: skip
-        calls = daemon_time.get(label)
+        calls = dict(daemon_time.get(label) or {})
+        turns = calls.pop("turns", None)
+        if turns:
+            print(f"  turns of session.sock that found the daemon asleep, over this size's cases: "
+                  f"{turns['asleep']} of {turns['of']}")  # fmt: skip
         if calls:
             print("  the daemon's own time per call on session.sock, over this size's cases: " +
                   ", ".join(f"{k} p50 {v['p50_us']} / mean {v['mean_us']} us ({v['calls']})"

@@ -78,6 +78,11 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     # The daemon's own time per call, read off its metrics around the run:
     # at least a publish and an open per broker hand-over.
     calls = report["handover"]["host"]["daemon_time_per_call"]["1 MiB"]
+    # Beside them, how many of the daemon's turns that served them found it
+    # asleep: one turn at least per publish and per open.
+    turns = calls.pop("turns")
+    assert turns["of"] >= 16 and 0 <= turns["asleep"] <= turns["of"], turns
+    assert "turns of session.sock that found the daemon asleep" in run.stdout
     assert calls["publish"]["calls"] >= 8 and calls["open"]["calls"] >= 8, calls
     # The ticket case's: a hold (A's pickle) and a claim (B's unpickle) per hand-over.
     assert calls["hold"]["calls"] >= 8 and calls["claim"]["calls"] >= 8, calls
