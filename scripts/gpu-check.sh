@@ -76,7 +76,7 @@ step "Python hand-over (issue #12's steps, --quick)"
 timeout 150 python3 "$bundle/src/bench/python/handover.py" --quick --parts gpu \
   --gpu-sizes 64,1024 --json-out "$out/bench-python.json" \
   >"$out/bench-python.txt" 2>"$out/bench-python.err" || status=1
-grep -E "targets|issue #12.s steps|us: [0-9.]+x|skipped" "$out/bench-python.txt" | head -40
+grep -E "targets|issue #12.s steps|us: [0-9.]+x|skipped|found the daemon asleep" "$out/bench-python.txt" | head -40
 tail -3 "$out/bench-python.err"
 
 step "The consumer's steps, cut apart (consumer_steps.py)"
@@ -88,6 +88,7 @@ step "C++ hand-over at 64 MiB, seal + wait (--quick)"
 timeout 90 gpubroker-bench --backend cuda --cases handover --sizes 64MiB --quick \
   --json-out "$out/bench-64mib.json" >"$out/bench-64mib.txt" 2>"$out/bench-64mib.err" || status=1
 grep -E "hand-over|seal \+ wait|waits awake|round trip" "$out/bench-64mib.txt" | head -20
+grep -h "found the daemon asleep" "$out/bench-64mib.err"
 tail -3 "$out/bench-64mib.err"
 
 memory_mb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
