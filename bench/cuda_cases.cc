@@ -664,11 +664,12 @@ int RunCuda(const Options& o) {
       watchdog.Step(StrCat(s, " iteration ", i, ": bare VMM share"));
       bare_vmm_share(size, keep ? *r.vmm : w, keep ? vmm_map : w, keep ? vmm_create : w);
     }
-    daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
-    // How many of the turns that served these calls paid the daemon's wake-up.
+    // And how many of the turns that served these calls paid the daemon's wake-up.
+    const std::string asleep =
+        daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     std::fprintf(stderr,
                  "gpubroker-bench: %s: turns of session.sock that found the daemon asleep: %s\n",
-                 s.c_str(), daemon_calls.AsleepTurns().c_str());
+                 s.c_str(), asleep.c_str());
     {
       // Which path A's calls took (no slow path is silent).
       const ClientStats p = client.stats();

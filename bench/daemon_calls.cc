@@ -12,15 +12,13 @@ namespace {
 
 constexpr const char* kFamily = "gpubroker_session_call_duration_seconds";
 constexpr const char* kTurns = "gpubroker_session_turns_total{thread=\"";
-constexpr const char* kAsleep = "turns asleep";
-constexpr const char* kPolling = "turns polling";
 
 }  // namespace
 
 DaemonCalls::DaemonCalls(std::string metrics_address) : address_(std::move(metrics_address)) {}
 
-std::map<std::string, DaemonCalls::Total> DaemonCalls::Read() const {
-  std::map<std::string, Total> out;
+DaemonCalls::Reading DaemonCalls::Read() const {
+  Reading out;
   if (address_.empty()) return out;
   std::istringstream in(HttpGet(address_, "/metrics"));
   const std::string sum = StrCat(kFamily, "_sum{call=\"");
@@ -30,7 +28,8 @@ std::map<std::string, DaemonCalls::Total> DaemonCalls::Read() const {
       const size_t space = line.rfind(' ');
       if (space == std::string::npos) continue;
       const bool asleep = line.compare(std::strlen(kTurns), 6, "asleep") == 0;
-      out[asleep ? kAsleep : kPolling].count = std::strtod(line.c_str() + space + 1, nullptr);
+      (asleep ? out.turns_asleep : out.turns_polling) =
+          std::strtod(line.c_str() + space + 1, nullptr);
       continue;
     }
     const bool is_sum = line.rfind(sum, 0) == 0;
@@ -40,7 +39,7 @@ std::map<std::string, DaemonCalls::Total> DaemonCalls::Read() const {
     const size_t space = line.rfind(' ');
     if (quote == std::string::npos || space == std::string::npos) continue;
     const double value = std::strtod(line.c_str() + space + 1, nullptr);
-    Total& t = out[line.substr(from, quote - from)];
+    Total& t = out.calls[line.substr(from, quote - from)];
     (is_sum ? t.seconds : t.count) = value;
   }
   return out;
@@ -48,28 +47,19 @@ std::map<std::string, DaemonCalls::Total> DaemonCalls::Read() const {
 
 void DaemonCalls::Mark() { marked_ = Read(); }
 
-void DaemonCalls::AddRows(std::deque<Samples>& results, const std::string& prefix) const {
-  for (const auto& [call, now] : Read()) {
-    if (call == kAsleep || call == kPolling) continue;
+std::string DaemonCalls::AddRows(std::deque<Samples>& results, const std::string& prefix) const {
+  const Reading now = Read();
+  for (const auto& [call, total] : now.calls) {
     Total before;
-    if (auto it = marked_.find(call); it != marked_.end()) before = it->second;
-    const double n = now.count - before.count;
+    if (auto it = marked_.calls.find(call); it != marked_.calls.end()) before = it->second;
+    const double n = total.count - before.count;
     if (n <= 0) continue;
     Samples& s = results.emplace_back();
     s.name = StrCat(prefix, call, " (mean of ", static_cast<uint64_t>(n), ")");
-    s.us.push_back((now.seconds - before.seconds) / n * 1e6);
+    s.us.push_back((total.seconds - before.seconds) / n * 1e6);
   }
-}
-
-std::string DaemonCalls::AsleepTurns() const {
-  const std::map<std::string, Total> now = Read();
-  auto since = [&](const char* key) {
-    auto n = now.find(key);
-    auto m = marked_.find(key);
-    return (n == now.end() ? 0 : n->second.count) - (m == marked_.end() ? 0 : m->second.count);
-  };
-  const double asleep = since(kAsleep);
-  const double all = asleep + since(kPolling);
+  const double asleep = now.turns_asleep - marked_.turns_asleep;
+  const double all = asleep + now.turns_polling - marked_.turns_polling;
   if (all <= 0) return "";
   return StrCat(static_cast<uint64_t>(asleep), " of ", static_cast<uint64_t>(all));
 }

@@ -20,23 +20,25 @@ class DaemonCalls {
   void Mark();
   /// A row per call made since Mark(), "<prefix><call>", whose one sample is
   /// the mean time per call in µs (the histogram gives sums, not samples).
-  void AddRows(std::deque<Samples>& results, const std::string& prefix) const;
-  /// "N of M": of the turns of session.sock's thread that served frames since
-  /// Mark(), those whose frames found it asleep (gpubroker_session_turns_total);
-  /// empty when none were read.
-  std::string AsleepTurns() const;
+  /// Returns, from the same reading, "N of M": of the turns of session.sock's
+  /// thread that served frames since Mark(), those whose frames found it
+  /// asleep (gpubroker_session_turns_total); empty when none were read.
+  std::string AddRows(std::deque<Samples>& results, const std::string& prefix) const;
 
  private:
   struct Total {
     double seconds = 0;
     double count = 0;
   };
-  // By call, and the thread's turns under "turns asleep" and "turns polling"
-  // (their count only).
-  std::map<std::string, Total> Read() const;
+  struct Reading {
+    std::map<std::string, Total> calls;
+    double turns_asleep = 0;
+    double turns_polling = 0;
+  };
+  Reading Read() const;
 
   std::string address_;
-  std::map<std::string, Total> marked_;
+  Reading marked_;
 };
 
 }  // namespace gpubroker::bench

@@ -330,11 +330,12 @@ int RunHost(const Options& o) {
     share.baseline_us = bare.p50();
     posted.baseline_us = bare.p50();
     by_ticket.baseline_us = bare.p50();
-    daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
+    const std::string asleep =
+        daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     std::fprintf(stderr,
                  "gpubroker-bench: hand-over at %s done; turns of session.sock that found "
                  "the daemon asleep: %s\n",
-                 s.c_str(), daemon_calls.AsleepTurns().c_str());
+                 s.c_str(), asleep.c_str());
   }
 
   // seal + wait against two round trips, all after 2 ms idle (issue #11:
