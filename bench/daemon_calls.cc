@@ -1,8 +1,10 @@
 #include "bench/daemon_calls.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "common/http_get.h"
 #include "common/strings.h"
@@ -12,6 +14,10 @@ namespace {
 
 constexpr const char* kFamily = "gpubroker_session_call_duration_seconds";
 constexpr const char* kTurns = "gpubroker_session_turns_total{thread=\"";
+// The daemon reports its thread's turns when the thread goes to sleep and at
+// each 0.1 s sweep; one that polls through a whole case (a long
+// --busy-poll-us) has reported none of them until the next sweep.
+constexpr auto kTurnsLag = std::chrono::milliseconds(120);
 
 }  // namespace
 
@@ -20,6 +26,7 @@ DaemonCalls::DaemonCalls(std::string metrics_address) : address_(std::move(metri
 DaemonCalls::Reading DaemonCalls::Read() const {
   Reading out;
   if (address_.empty()) return out;
+  std::this_thread::sleep_for(kTurnsLag);
   std::istringstream in(HttpGet(address_, "/metrics"));
   const std::string sum = StrCat(kFamily, "_sum{call=\"");
   const std::string count = StrCat(kFamily, "_count{call=\"");

@@ -16,7 +16,8 @@ class DaemonCalls {
   /// `metrics_address`: host:port of the daemon's /metrics; empty: nothing is read.
   explicit DaemonCalls(std::string metrics_address);
 
-  /// Remembers the sums and counts as of now.
+  /// Remembers the sums and counts as of now. Each reading first waits
+  /// 0.12 s, so that the daemon has reported every turn served before it.
   void Mark();
   /// A row per call made since Mark(), "<prefix><call>", whose one sample is
   /// the mean time per call in µs (the histogram gives sums, not samples).

@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -67,9 +68,14 @@ def daemon_calls(address: str) -> Dict[str, Dict[str, float]]:
     """The daemon's own time on session.sock per kind of call so far, from
     its metrics: {call: {"sum": seconds, "count": calls, "le=B": calls <= B}},
     and under "turns" its thread's turns by what they found it doing
-    ({"asleep": n, "polling": n}); empty when they cannot be read."""
+    ({"asleep": n, "polling": n}); empty when they cannot be read.
+
+    The daemon reports its thread's turns when the thread goes to sleep and
+    at each 0.1 s sweep, so the reading waits one sweep first: a thread that
+    polled through a whole case would otherwise have reported none of it."""
     if not address:
         return {}
+    time.sleep(0.12)
     try:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
             text = r.read().decode()
