@@ -111,6 +111,104 @@ size_t Encode(const SessionFrame& frame, char* out) {
   return n;
 }
 
+// The Open answer's message written and read in a flat layout (fixed
+// 8-byte fields, strings as a 2-byte length and their bytes): what a flat
+// frame would cost where both sides keep the messages they use today.
+class FlatWriter {
+ public:
+  explicit FlatWriter(char* out) : p_(out) {}
+  void U64(uint64_t v) {
+    std::memcpy(p_, &v, 8);
+    p_ += 8;
+  }
+  void Str(const std::string& s) {
+    const uint16_t n = static_cast<uint16_t>(s.size());
+    std::memcpy(p_, &n, 2);
+    std::memcpy(p_ + 2, s.data(), n);
+    p_ += 2 + n;
+  }
+  char* end() const { return p_; }
+
+ private:
+  char* p_;
+};
+
+class FlatReader {
+ public:
+  explicit FlatReader(const char* in) : p_(in) {}
+  uint64_t U64() {
+    uint64_t v;
+    std::memcpy(&v, p_, 8);
+    p_ += 8;
+    return v;
+  }
+  void Str(std::string* s) {
+    uint16_t n;
+    std::memcpy(&n, p_, 2);
+    s->assign(p_ + 2, n);
+    p_ += 2 + n;
+  }
+
+ private:
+  const char* p_;
+};
+
+size_t EncodeFlat(const Reply& r, char* out) {
+  FlatWriter w(out);
+  const BufferInfo& b = r.open().buffer();
+  const ImportDescriptor& im = r.open().import();
+  for (uint64_t v :
+       {r.request_id(), b.id(), b.size(), b.reserved_size(), static_cast<uint64_t>(b.state()),
+        uint64_t{b.leases()}, b.owner_session(), static_cast<uint64_t>(b.created_unix_ms()),
+        uint64_t{b.client_made()}, static_cast<uint64_t>(b.tensor().dtype()),
+        static_cast<uint64_t>(b.tensor().shape_size())}) {
+    w.U64(v);
+  }
+  for (int64_t d : b.tensor().shape()) w.U64(static_cast<uint64_t>(d));
+  w.Str(b.name());
+  w.Str(b.device_uuid());
+  w.Str(b.tenant());
+  w.Str(b.backing());
+  for (uint64_t v :
+       {static_cast<uint64_t>(im.kind()), im.region_id(), im.offset(), im.mapped_size(),
+        im.fence_offset(), im.fence_value(), im.fence_region_id(), im.allocation_id()}) {
+    w.U64(v);
+  }
+  w.Str(im.device_uuid());
+  return static_cast<size_t>(w.end() - out);
+}
+
+void DecodeFlat(const char* in, Reply* r) {
+  FlatReader d(in);
+  r->set_request_id(d.U64());
+  BufferInfo* b = r->mutable_open()->mutable_buffer();
+  b->set_id(d.U64());
+  b->set_size(d.U64());
+  b->set_reserved_size(d.U64());
+  b->set_state(static_cast<BufferState>(d.U64()));
+  b->set_leases(static_cast<uint32_t>(d.U64()));
+  b->set_owner_session(d.U64());
+  b->set_created_unix_ms(static_cast<int64_t>(d.U64()));
+  b->set_client_made(d.U64() != 0);
+  TensorDescriptor* t = b->mutable_tensor();
+  t->set_dtype(static_cast<DType>(d.U64()));
+  for (uint64_t i = 0, n = d.U64(); i < n; ++i) t->add_shape(static_cast<int64_t>(d.U64()));
+  d.Str(b->mutable_name());
+  d.Str(b->mutable_device_uuid());
+  d.Str(b->mutable_tenant());
+  d.Str(b->mutable_backing());
+  ImportDescriptor* im = r->mutable_open()->mutable_import();
+  im->set_kind(static_cast<ImportKind>(d.U64()));
+  im->set_region_id(d.U64());
+  im->set_offset(d.U64());
+  im->set_mapped_size(d.U64());
+  im->set_fence_offset(d.U64());
+  im->set_fence_value(d.U64());
+  im->set_fence_region_id(d.U64());
+  im->set_allocation_id(d.U64());
+  d.Str(im->mutable_device_uuid());
+}
+
 struct Step {
   const char* what;
   std::function<void()> run;
@@ -129,8 +227,8 @@ int main(int argc, char** argv) {
   const auto idle = std::chrono::milliseconds(argc > 2 ? std::atoi(argv[2]) : 1);
 
   // The bytes each parse step reads, made once.
-  char open_call[256], open_answer[1024], publish_call[512];
-  size_t open_call_n = 0, open_answer_n = 0, publish_call_n = 0;
+  char open_call[256], open_answer[1024], publish_call[512], flat_answer[1024];
+  size_t open_call_n = 0, open_answer_n = 0, publish_call_n = 0, flat_answer_n = 0;
   {
     SessionFrame f;
     f.mutable_call()->set_request_id(42);
@@ -139,6 +237,7 @@ int main(int argc, char** argv) {
     SessionFrame a;
     FillOpenAnswer(*a.mutable_reply());
     open_answer_n = Encode(a, open_answer);
+    flat_answer_n = EncodeFlat(a.reply(), flat_answer);
     SessionFrame p;
     FillPublish(*p.mutable_call());
     publish_call_n = Encode(p, publish_call);
@@ -182,6 +281,21 @@ int main(int argc, char** argv) {
                      SessionFrame f;
                      f.ParseFromArray(publish_call, static_cast<int>(publish_call_n));
                      g_sink = f.call().publish().offset();
+                   }});
+  steps.push_back({"the answer flat: built on the arena, written flat", [&] {
+                     alignas(8) char first[4096];
+                     google::protobuf::ArenaOptions o;
+                     o.initial_block = first;
+                     o.initial_block_size = sizeof(first);
+                     google::protobuf::Arena arena(o);
+                     auto* r = google::protobuf::Arena::Create<Reply>(&arena);
+                     FillOpenAnswer(*r);
+                     g_sink = EncodeFlat(*r, scratch);
+                   }});
+  steps.push_back({"the answer flat: read into the message", [&] {
+                     Reply r;
+                     DecodeFlat(flat_answer, &r);
+                     g_sink = r.open().import().offset();
                    }});
   steps.push_back({"flat: write the Open answer's facts", [&] {
                      FlatOpenAnswer a{};
@@ -230,13 +344,15 @@ int main(int argc, char** argv) {
   std::printf(
       "session.sock frames, p50 us of %d: each step after %lld ms asleep, and right after itself\n",
       iterations, static_cast<long long>(idle.count()));
-  std::printf("(the Open call %zu bytes, its answer %zu, the Publish %zu; the flat answer %zu)\n",
-              open_call_n, open_answer_n, publish_call_n, sizeof(FlatOpenAnswer));
+  std::printf(
+      "(the Open call %zu bytes, its answer %zu, the Publish %zu; the answer flat %zu, its facts "
+      "as a struct %zu)\n",
+      open_call_n, open_answer_n, publish_call_n, flat_answer_n, sizeof(FlatOpenAnswer));
   double proto_asleep = 0, proto_warm = 0;
   for (const Step& s : steps) {
     const double a = Median(s.asleep), w = Median(s.warm);
     std::printf("  %-58s %8.2f %8.2f\n", s.what, a, w);
-    if (std::strncmp(s.what, "flat", 4) != 0) {
+    if (std::strncmp(s.what, "flat", 4) != 0 && std::strncmp(s.what, "the answer flat", 15) != 0) {
       proto_asleep += a;
       proto_warm += w;
     }
