@@ -1,17 +1,37 @@
 #include "common/wire/frame.h"
 
 #include "common/strings.h"
+#include "common/wire/flat_answer.h"
 
 namespace gpubroker {
+
+namespace {
+
+void PutLength(uint32_t n, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+}
+
+}  // namespace
 
 std::string EncodeFrame(const v1::SessionFrame& frame) {
   // One pass: the body is serialized in place behind its length, with no
   // second buffer to copy it from.
   const size_t size = frame.ByteSizeLong();
-  const auto n = static_cast<uint32_t>(size);
   std::string out(kFrameHeaderBytes + size, '\0');
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  PutLength(static_cast<uint32_t>(size), out.data());
   frame.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + kFrameHeaderBytes));
+  return out;
+}
+
+std::string EncodeFrameFor(const v1::SessionFrame& frame, bool flat_answers) {
+  if (!flat_answers || !frame.has_reply() || !FitsFlatAnswer(frame.reply())) {
+    return EncodeFrame(frame);
+  }
+  std::string out(kFrameHeaderBytes, '\0');
+  AppendFlatAnswer(frame.reply(), &out);
+  const size_t body = out.size() - kFrameHeaderBytes;
+  if (body > kMaxFrameBytes) return EncodeFrame(frame);
+  PutLength(static_cast<uint32_t>(body) | kFlatFrameBit, out.data());
   return out;
 }
 
@@ -32,15 +52,24 @@ absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
   const size_t avail = buffered();
   if (avail < kFrameHeaderBytes) return std::nullopt;
   const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + consumed_);
-  const uint32_t len = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                       (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+  uint32_t len = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                 (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+  const bool flat = accept_flat_ && (len & kFlatFrameBit) != 0;
+  if (flat) len &= ~kFlatFrameBit;
   if (len > kMaxFrameBytes) {
     return absl::InvalidArgumentError(
         StrCat("frame of ", len, " bytes exceeds the limit of ", kMaxFrameBytes));
   }
   if (avail < kFrameHeaderBytes + len) return std::nullopt;
   v1::SessionFrame frame;
-  if (!frame.ParseFromArray(p + kFrameHeaderBytes, static_cast<int>(len))) {
+  if (flat) {
+    if (absl::Status st = DecodeFlatAnswer(
+            std::string_view(reinterpret_cast<const char*>(p) + kFrameHeaderBytes, len),
+            frame.mutable_reply());
+        !st.ok()) {
+      return st;
+    }
+  } else if (!frame.ParseFromArray(p + kFrameHeaderBytes, static_cast<int>(len))) {
     return absl::InvalidArgumentError(StrCat("frame of ", len, " bytes does not parse"));
   }
   if (frame.body_case() == v1::SessionFrame::BODY_NOT_SET) {

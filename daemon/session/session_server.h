@@ -95,6 +95,7 @@ class SessionServer {
     SessionId session = 0;
     SessionView view;  // once the session is open
     bool said_goodbye = false;
+    bool flat_answers = false;  // its Hello asked: Open and Claim answered flat
     std::chrono::steady_clock::time_point hello_deadline;
     std::deque<Outgoing> out;  // replies the peer has not taken yet
     size_t out_offset = 0;     // bytes of out.front() already written

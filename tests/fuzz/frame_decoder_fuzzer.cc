@@ -1,6 +1,8 @@
 // libFuzzer target for the session-frame decoder: arbitrary bytes, arriving
 // in arbitrary pieces, must never crash it, and whatever it accepts must
-// survive a round trip through the encoder.
+// survive a round trip through the encoder. Half of the inputs go to a
+// decoder that reads flat answers too (a client's), whose round trip writes
+// Opens and Claims flat.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,10 +20,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  // The first byte picks how the stream is cut into reads.
+  // The first byte picks how the stream is cut into reads, and whether flat
+  // answers are read.
   const size_t chunk = 1 + data[0] % 64;
+  const bool flat = (data[0] & 0x40) != 0;
   std::string_view stream(reinterpret_cast<const char*>(data + 1), size - 1);
   gpubroker::FrameDecoder decoder;
+  if (flat) decoder.AcceptFlatAnswers();
   bool failed = false;
   while (!stream.empty() && !failed) {
     const size_t n = std::min(chunk, stream.size());
@@ -34,8 +39,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       if (!frame->has_value()) break;
+      // The flat layout carries the fields this build knows: what a
+      // protobuf frame held beyond them does not travel flat.
+      if (flat) (*frame)->DiscardUnknownFields();
       gpubroker::FrameDecoder again;
-      again.Append(gpubroker::EncodeFrame(**frame));
+      if (flat) again.AcceptFlatAnswers();
+      again.Append(gpubroker::EncodeFrameFor(**frame, flat));
       auto copy = again.Next();
       if (!copy.ok() || !copy->has_value() ||
           (*copy)->SerializeAsString() != (*frame)->SerializeAsString()) {

@@ -1,0 +1,191 @@
+// Answers to Open and Claim in the flat layout (common/wire/flat_answer.h):
+// the daemon sends them only to a session whose Hello asked, and a client
+// that reads them learns exactly what one reading protobuf learns, for
+// every way an Open is answered (now, posted, parked until the seal, a
+// ticket's claim).
+#include "common/wire/flat_answer.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "common/version.h"
+#include "common/wire/frame.h"
+#include "gpubroker/client.hpp"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+#include "tests/integration/raw_session.h"
+
+namespace gpubroker::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Reads exactly `n` bytes from `fd`, waiting up to 5 s for them.
+std::string ReadExactly(int fd, size_t n) {
+  std::string out;
+  while (out.size() < n) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) break;
+    char buf[4096];
+    const ssize_t got = ::recv(fd, buf, std::min(sizeof(buf), n - out.size()), 0);
+    if (got <= 0) break;
+    out.append(buf, static_cast<size_t>(got));
+  }
+  return out;
+}
+
+TEST(FlatAnswers, TheDaemonSendsThemOnlyToASessionThatAsked) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto producer = Client::connect(daemon.socket_dir());
+  AllocateOptions o;
+  o.name = "flat.raw";
+  o.tensor = TensorDesc{DType::kFloat16, {8, 32}};
+  Buffer b = producer.allocate(512, o);
+  b.seal();
+  for (bool ask : {false, true}) {
+    SCOPED_TRACE(ask ? "asked for flat answers" : "did not ask");
+    auto raw = RawSession::Connect(daemon.socket_dir());
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    v1::SessionFrame hello;
+    hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+    hello.mutable_hello()->set_client_name("raw");
+    hello.mutable_hello()->set_flat_answers(ask);
+    ASSERT_TRUE(raw->Send(hello).ok());
+    auto welcome = raw->Read(5s);
+    ASSERT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
+    EXPECT_EQ((*welcome)->welcome().flat_answers(), ask);
+
+    v1::SessionFrame call;
+    call.mutable_call()->set_request_id(7);
+    call.mutable_call()->mutable_open()->mutable_ref()->set_name("flat.raw");
+    ASSERT_TRUE(raw->Send(call).ok());
+    const std::string header = ReadExactly(raw->fd(), kFrameHeaderBytes);
+    ASSERT_EQ(header.size(), kFrameHeaderBytes);
+    uint32_t len = 0;
+    std::memcpy(&len, header.data(), 4);
+    EXPECT_EQ((len & kFlatFrameBit) != 0, ask);
+    const std::string body = ReadExactly(raw->fd(), len & ~kFlatFrameBit);
+    FrameDecoder decoder;
+    decoder.AcceptFlatAnswers();
+    decoder.Append(header + body);
+    auto frame = decoder.Next();
+    ASSERT_TRUE(frame.ok() && frame->has_value()) << frame.status();
+    const v1::Reply& reply = (*frame)->reply();
+    EXPECT_EQ(reply.request_id(), 7u);
+    EXPECT_EQ(reply.open().buffer().name(), "flat.raw");
+    EXPECT_EQ(reply.open().buffer().id(), b.id());
+    EXPECT_EQ(reply.open().buffer().tensor().shape_size(), 2);
+    EXPECT_TRUE(reply.open().has_import());
+  }
+}
+
+// Everything a Buffer says about itself, but its leases (each open adds one).
+void ExpectSameBuffer(const Buffer& flat, const Buffer& plain) {
+  const BufferInfo& a = flat.info();
+  const BufferInfo& p = plain.info();
+  EXPECT_EQ(a.id, p.id);
+  EXPECT_EQ(a.name, p.name);
+  EXPECT_EQ(a.size, p.size);
+  EXPECT_EQ(a.reserved_size, p.reserved_size);
+  EXPECT_EQ(a.device_uuid, p.device_uuid);
+  EXPECT_EQ(a.tenant, p.tenant);
+  EXPECT_EQ(a.state, p.state);
+  ASSERT_EQ(a.tensor.has_value(), p.tensor.has_value());
+  if (a.tensor) {
+    EXPECT_EQ(a.tensor->dtype, p.tensor->dtype);
+    EXPECT_EQ(a.tensor->shape, p.tensor->shape);
+    EXPECT_EQ(a.tensor->strides, p.tensor->strides);
+    EXPECT_EQ(a.tensor->byte_offset, p.tensor->byte_offset);
+  }
+  EXPECT_EQ(a.keep, p.keep);
+  EXPECT_EQ(a.expires_unix_ms, p.expires_unix_ms);
+  EXPECT_EQ(a.shared_with, p.shared_with);
+  EXPECT_EQ(a.owner_session, p.owner_session);
+  EXPECT_EQ(a.created_unix_ms, p.created_unix_ms);
+  EXPECT_EQ(a.backing, p.backing);
+  EXPECT_EQ(a.client_made, p.client_made);
+  ASSERT_EQ(flat.size(), plain.size());
+  ASSERT_NE(flat.data(), nullptr);
+  ASSERT_NE(plain.data(), nullptr);
+  EXPECT_EQ(std::memcmp(flat.data(), plain.data(), flat.size()), 0);
+}
+
+TEST(FlatAnswers, AClientReadingThemLearnsWhatOneReadingProtobufLearns) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto producer = Client::connect(daemon.socket_dir());
+  auto flat = Client::connect(daemon.socket_dir());
+  ::setenv("GPUBROKER_FLAT_ANSWERS", "0", 1);
+  auto plain = Client::connect(daemon.socket_dir());
+  ::unsetenv("GPUBROKER_FLAT_ANSWERS");
+
+  // Made by the producer's client (a transposed view, a byte offset) and by
+  // the daemon (keep and a TTL take the daemon's path).
+  AllocateOptions made;
+  made.name = "flat.made";
+  made.tensor = TensorDesc{DType::kBFloat16, {16, 8}, {1, 16}, 64};
+  Buffer m = producer.allocate(64 + 16 * 8 * 2, made);
+  std::memset(m.data(), 0x3C, m.size());
+  m.seal();
+  AllocateOptions kept;
+  kept.name = "flat.kept";
+  kept.keep = true;
+  kept.ttl = 600s;
+  Buffer k = producer.allocate(8192, kept);
+  std::memset(k.data(), 0x5A, k.size());
+  k.seal();
+
+  for (const char* name : {"flat.made", "flat.kept"}) {
+    SCOPED_TRACE(name);
+    Buffer a = flat.open(name);
+    Buffer p = plain.open(name);
+    ExpectSameBuffer(a, p);
+    Buffer a_posted = flat.open_posted(name);
+    Buffer p_posted = plain.open_posted(name);
+    ExpectSameBuffer(a_posted, p_posted);
+    Buffer by_id = flat.open(a.id());
+    ExpectSameBuffer(by_id, p);
+  }
+
+  // Claims of tickets.
+  Buffer a_claimed = flat.claim(m.ticket());
+  Buffer p_claimed = plain.claim(m.ticket());
+  ExpectSameBuffer(a_claimed, p_claimed);
+
+  // Opens parked until the seal, answered by the seal's turn.
+  Buffer a_waited, p_waited;
+  std::thread flat_waiter([&] {
+    OpenOptions w;
+    w.wait = true;
+    w.timeout = 10s;
+    a_waited = flat.open("flat.later", w);
+  });
+  std::thread plain_waiter([&] {
+    OpenOptions w;
+    w.wait = true;
+    w.timeout = 10s;
+    p_waited = plain.open("flat.later", w);
+  });
+  std::this_thread::sleep_for(100ms);  // both parked (or not yet: the same answer either way)
+  AllocateOptions later;
+  later.name = "flat.later";
+  later.tensor = TensorDesc{DType::kInt32, {4, 4}};
+  Buffer l = producer.allocate(64, later);
+  std::memset(l.data(), 0x11, l.size());
+  l.seal();
+  flat_waiter.join();
+  plain_waiter.join();
+  ASSERT_TRUE(a_waited.valid());
+  ASSERT_TRUE(p_waited.valid());
+  ExpectSameBuffer(a_waited, p_waited);
+}
+
+}  // namespace
+}  // namespace gpubroker::testing

@@ -1,0 +1,200 @@
+// The flat layout of Open and Claim answers (common/wire/flat_answer.h): every
+// field of the messages it carries survives it, a field added to them later
+// fails here until the layout carries it, and bytes that are not exactly
+// one answer are refused.
+#include "common/wire/flat_answer.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <string>
+#include <vector>
+
+#include "common/wire/frame.h"
+#include "gtest/gtest.h"
+
+namespace gpubroker {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::util::MessageDifferencer;
+
+// Sets every field of `m`, nested messages included, to a value that is not
+// its default and differs from field to field: whatever the messages gain,
+// the round trip below sees it.
+void FillEveryField(Message* m, int seed) {
+  const auto* d = m->GetDescriptor();
+  const auto* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const int v = seed * 100 + f->number();
+    const int copies = f->is_repeated() ? 3 : 1;
+    for (int k = 0; k < copies; ++k) {
+      const int x = v + k;
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_INT32:
+          f->is_repeated() ? r->AddInt32(m, f, -x) : r->SetInt32(m, f, -x);
+          break;
+        case FieldDescriptor::CPPTYPE_INT64:
+          f->is_repeated() ? r->AddInt64(m, f, -(int64_t{x} << 33))
+                           : r->SetInt64(m, f, -(int64_t{x} << 33));
+          break;
+        case FieldDescriptor::CPPTYPE_UINT32:
+          f->is_repeated() ? r->AddUInt32(m, f, 0x80000000u + x)
+                           : r->SetUInt32(m, f, 0x80000000u + x);
+          break;
+        case FieldDescriptor::CPPTYPE_UINT64:
+          f->is_repeated() ? r->AddUInt64(m, f, (uint64_t{1} << 63) + x)
+                           : r->SetUInt64(m, f, (uint64_t{1} << 63) + x);
+          break;
+        case FieldDescriptor::CPPTYPE_BOOL:
+          f->is_repeated() ? r->AddBool(m, f, true) : r->SetBool(m, f, true);
+          break;
+        case FieldDescriptor::CPPTYPE_ENUM:
+          // A value past the enum's names, which proto3 keeps as it is.
+          f->is_repeated() ? r->AddEnumValue(m, f, 1000 + x) : r->SetEnumValue(m, f, 1000 + x);
+          break;
+        case FieldDescriptor::CPPTYPE_STRING: {
+          std::string s = "field " + std::to_string(x);
+          s.push_back('\0');  // bytes, not C strings
+          s += std::string(static_cast<size_t>(f->number()), 'x');
+          f->is_repeated() ? r->AddString(m, f, s) : r->SetString(m, f, s);
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          FillEveryField(f->is_repeated() ? r->AddMessage(m, f) : r->MutableMessage(m, f), x);
+          break;
+        default:
+          FAIL() << "a field type this test does not fill: " << f->full_name();
+      }
+    }
+  }
+}
+
+v1::Reply EveryFieldAnswer(bool claim) {
+  v1::Reply reply;
+  reply.set_request_id(0xfedcba9876543210ull);
+  FillEveryField(claim ? reply.mutable_claim() : reply.mutable_open(), 7);
+  return reply;
+}
+
+v1::Reply RoundTrip(const v1::Reply& reply) {
+  EXPECT_TRUE(FitsFlatAnswer(reply));
+  std::string bytes;
+  AppendFlatAnswer(reply, &bytes);
+  v1::Reply back;
+  const absl::Status st = DecodeFlatAnswer(bytes, &back);
+  EXPECT_TRUE(st.ok()) << st;
+  return back;
+}
+
+TEST(FlatAnswer, CarriesEveryFieldOfAnOpenAndOfAClaim) {
+  for (bool claim : {false, true}) {
+    const v1::Reply reply = EveryFieldAnswer(claim);
+    std::string diff;
+    MessageDifferencer differ;
+    differ.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(differ.Compare(reply, RoundTrip(reply)))
+        << "a field the flat layout does not carry (add it to common/wire/flat_answer.cc): "
+        << diff;
+  }
+}
+
+TEST(FlatAnswer, KeepsWhichPartsArePresent) {
+  v1::Reply reply;
+  reply.set_request_id(3);
+  reply.mutable_open()->mutable_buffer()->set_id(9);  // no tensor, no import
+  EXPECT_TRUE(MessageDifferencer::Equals(reply, RoundTrip(reply)));
+  reply.mutable_open()->clear_buffer();
+  reply.mutable_open()->mutable_import()->set_offset(4096);
+  EXPECT_TRUE(MessageDifferencer::Equals(reply, RoundTrip(reply)));
+  reply.mutable_open()->mutable_buffer()->mutable_tensor();  // present, every field zero
+  EXPECT_TRUE(MessageDifferencer::Equals(reply, RoundTrip(reply)));
+  v1::Reply empty_claim;
+  empty_claim.mutable_claim();
+  EXPECT_TRUE(MessageDifferencer::Equals(empty_claim, RoundTrip(empty_claim)));
+}
+
+TEST(FlatAnswer, RefusesBytesThatAreNotExactlyOneAnswer) {
+  std::string bytes;
+  AppendFlatAnswer(EveryFieldAnswer(false), &bytes);
+  v1::Reply out;
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_EQ(DecodeFlatAnswer(std::string_view(bytes).substr(0, n), &out).code(),
+              absl::StatusCode::kInvalidArgument)
+        << "truncated to " << n << " bytes";
+  }
+  EXPECT_EQ(DecodeFlatAnswer(bytes + "x", &out).code(), absl::StatusCode::kInvalidArgument);
+  for (size_t at : {size_t{0}, size_t{1}, size_t{5}, size_t{6}, size_t{7}}) {
+    std::string bad = bytes;
+    bad[at] = static_cast<char>(0xff);  // the layout, the kind, the flags, the padding
+    EXPECT_EQ(DecodeFlatAnswer(bad, &out).code(), absl::StatusCode::kInvalidArgument)
+        << "byte " << at;
+  }
+  // A string whose length runs past the end.
+  std::string bad = bytes;
+  bad.resize(bad.size() - 1);
+  EXPECT_FALSE(DecodeFlatAnswer(bad, &out).ok());
+  EXPECT_TRUE(DecodeFlatAnswer(bytes, &out).ok());
+}
+
+TEST(FlatAnswer, OnlyOpensAndClaimsThatFitAreWrittenFlat) {
+  v1::Reply seal;
+  seal.mutable_seal()->mutable_buffer()->set_id(1);
+  EXPECT_FALSE(FitsFlatAnswer(seal));
+  v1::Reply wide;
+  for (int i = 0; i < 256; ++i)
+    wide.mutable_open()->mutable_buffer()->mutable_tensor()->add_shape(1);
+  EXPECT_FALSE(FitsFlatAnswer(wide));
+  v1::Reply long_name;
+  long_name.mutable_open()->mutable_buffer()->set_name(std::string(70000, 'n'));
+  EXPECT_FALSE(FitsFlatAnswer(long_name));
+}
+
+TEST(FlatFrames, TravelOnlyToADecoderThatAskedAndOnlyForAnswers) {
+  v1::SessionFrame open;
+  *open.mutable_reply() = EveryFieldAnswer(false);
+  v1::SessionFrame other;
+  other.mutable_reply()->set_request_id(5);
+  other.mutable_reply()->mutable_release();
+  v1::SessionFrame wide;
+  for (int i = 0; i < 300; ++i) {
+    wide.mutable_reply()->mutable_open()->mutable_buffer()->mutable_tensor()->add_shape(i);
+  }
+  const std::string stream =
+      EncodeFrameFor(open, true) + EncodeFrameFor(other, true) + EncodeFrameFor(wide, true);
+  EXPECT_EQ(EncodeFrameFor(other, true), EncodeFrame(other));  // not an Open: protobuf
+  EXPECT_EQ(EncodeFrameFor(wide, true), EncodeFrame(wide));    // does not fit: protobuf
+  EXPECT_NE(EncodeFrameFor(open, true), EncodeFrame(open));
+
+  // Split at every byte, as reads cut it.
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    FrameDecoder d;
+    d.AcceptFlatAnswers();
+    std::vector<v1::SessionFrame> got;
+    for (std::string_view part :
+         {std::string_view(stream).substr(0, cut), std::string_view(stream).substr(cut)}) {
+      d.Append(part);
+      for (;;) {
+        auto f = d.Next();
+        ASSERT_TRUE(f.ok()) << f.status();
+        if (!f->has_value()) break;
+        got.push_back(std::move(**f));
+      }
+    }
+    ASSERT_EQ(got.size(), 3u) << "cut at " << cut;
+    EXPECT_TRUE(MessageDifferencer::Equals(got[0], open));
+    EXPECT_TRUE(MessageDifferencer::Equals(got[1], other));
+    EXPECT_TRUE(MessageDifferencer::Equals(got[2], wide));
+  }
+
+  // A decoder that did not ask (the daemon's, an older client's) refuses it.
+  FrameDecoder plain;
+  plain.Append(EncodeFrameFor(open, true));
+  EXPECT_EQ(plain.Next().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gpubroker
