@@ -719,8 +719,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     out->set_offset(b.offset);
     out->set_size(b.size);
   }
-  c.out.push_back(
-      Outgoing{EncodeFrame(note) + EncodeFrameFor(reply, c.flat_answers), UniqueFd()});
+  c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrameFor(reply, c.flat_answers), UniqueFd()});
   return Flush(c);
 }
 
