@@ -1,5 +1,6 @@
-// gpubroker-frame-cold: what session.sock's protobuf frames cost a process
-// that has just woken, against the same facts in a flat struct.
+// gpubroker-frame-cold: what session.sock's frames cost a process that has
+// just woken: protobuf's, the flat answers' (common/wire/flat_answer.h), and
+// the same facts in a plain struct.
 //
 // Every step of a hand-over runs in a process that slept a millisecond or
 // more before it (docs/performance.md, "Seal + wait cut into hops"), and each
@@ -9,11 +10,12 @@
 // 64 MiB buffer of a tenant's GPU arena with a 2-D tensor, the Open answer
 // the daemon sends to a consumer.
 //
-// It answers one question before anyone rewrites the wire: how much of a
-// cold hand-over is protobuf's encoding and parsing, and so how much a flat
-// frame for the hot calls could take off. No daemon, no GPU: the same code
-// the daemon and the client run (the generated messages, the daemon's arena
-// with its first block on the stack, the client's parse on the heap).
+// It says how much of a cold hand-over is protobuf's encoding and parsing,
+// what the flat answers take off each process's turn, and what a path with
+// no messages at all could (docs/performance.md, "What the frames cost
+// cold"). No daemon, no GPU: the code the daemon and the client run (the
+// generated messages, the daemon's arena with its first block on the stack,
+// EncodeFrame / EncodeFrameFor, the client's FrameDecoder).
 #include <google/protobuf/arena.h>
 
 #include <algorithm>
