@@ -1,5 +1,6 @@
 #include "common/wire/flat_answer.h"
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -36,6 +37,10 @@ const v1::OpenResponse& AnswerOf(const v1::Reply& reply) {
   return reply.response_case() == v1::Reply::kClaim ? reply.claim() : reply.open();
 }
 
+// Fields are copied as they lie in memory, which is the layout's byte order
+// on the machines this builds for.
+static_assert(std::endian::native == std::endian::little, "the flat layout is little-endian");
+
 class Writer {
  public:
   explicit Writer(std::string* out) : out_(out) {}
@@ -49,7 +54,6 @@ class Writer {
   }
 
  private:
-  // x86-64 and aarch64 are little-endian, as the layout is.
   void Bytes(const void* p, size_t n) { out_->append(static_cast<const char*>(p), n); }
   std::string* out_;
 };
