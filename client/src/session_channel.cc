@@ -51,7 +51,7 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   hello.mutable_hello()->set_protocol_version(kProtocolVersion);
   hello.mutable_hello()->set_client_name(client_name);
   // Answers to Open and Claim in the flat layout, which this process reads
-  // in a third of protobuf's time when it has just woken
+  // in about half of protobuf's time when it has just woken
   // (common/wire/flat_answer.h); GPUBROKER_FLAT_ANSWERS=0 asks for protobuf.
   const char* flat = std::getenv("GPUBROKER_FLAT_ANSWERS");
   if (flat == nullptr || std::string_view(flat) != "0") {

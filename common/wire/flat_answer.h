@@ -11,10 +11,11 @@ namespace gpubroker {
 /// The answer to an Open or a Claim in a flat layout, for clients that ask
 /// for it in Hello (flat_answers): the same message, written as fixed
 /// little-endian fields and length-prefixed strings instead of protobuf's
-/// tagged varints. A process that has just woken parses it in a third of the
-/// time protobuf takes (docs/performance.md, "What the frames cost cold"),
-/// and it is on every hand-over's critical path: the daemon writes it while
-/// the consumer waits, the consumer reads it before it can map.
+/// tagged varints. A process that has just woken reads it in a third to a
+/// half of the time protobuf's parse takes, and writes it in a bit over half
+/// (docs/performance.md, "What the frames cost cold"); it is on every
+/// hand-over's critical path: the daemon writes it while the consumer waits,
+/// the consumer reads it before it can map.
 ///
 /// On the wire a flat frame is a frame whose 4-byte length has its top bit
 /// (kFlatFrameBit) set; only the daemon sends them, and only to a session

@@ -579,7 +579,7 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   spdlog::info("session {} opened: {} tenant '{}' client '{}'", session->id, Describe(c.peer),
                session->tenant, session->client_name);
   ToWelcome(*session, registry_.backend(), registry_.wait_limits(), reply.mutable_welcome());
-  // The answers a consumer waits for, read in a third of protobuf's time by
+  // The answers a consumer waits for, read in about half of protobuf's time by
   // a process that has just woken (common/wire/flat_answer.h).
   c.flat_answers = hello.flat_answers();
   reply.mutable_welcome()->set_flat_answers(c.flat_answers);
