@@ -97,8 +97,8 @@ void FillPublish(Call& call) {
   p->set_fence_value(99);
 }
 
-// The same facts as the Open answer, as a fixed layout: what a flat frame
-// would carry (strings inline with their lengths).
+// The same facts as the Open answer in a plain struct (strings inline with
+// their lengths): what no message at all, on either side, would cost.
 struct FlatOpenAnswer {
   uint64_t request_id, id, size, reserved_size, owner_session, region_id, offset, mapped_size;
   uint64_t fence_offset, fence_value, fence_region_id;
@@ -133,9 +133,9 @@ int main(int argc, char** argv) {
   const auto idle = std::chrono::milliseconds(argc > 2 ? std::atoi(argv[2]) : 1);
 
   // The bytes each parse step reads, made once.
-  char open_call[256], open_answer[1024], publish_call[512], flat_answer[1024];
-  std::string open_answer_frame;
-  size_t open_call_n = 0, open_answer_n = 0, publish_call_n = 0, flat_answer_n = 0;
+  char open_call[256], publish_call[512];
+  size_t open_call_n = 0, publish_call_n = 0;
+  std::string open_answer, flat_answer;  // frames, as the daemon sends them
   {
     SessionFrame f;
     f.mutable_call()->set_request_id(42);
@@ -143,11 +143,8 @@ int main(int argc, char** argv) {
     open_call_n = Encode(f, open_call);
     SessionFrame a;
     FillOpenAnswer(*a.mutable_reply());
-    open_answer_n = Encode(a, open_answer);
-    open_answer_frame = gpubroker::EncodeFrame(a);
-    const std::string flat = gpubroker::EncodeFrameFor(a, true);
-    flat_answer_n = flat.size();
-    std::memcpy(flat_answer, flat.data(), flat.size());
+    open_answer = gpubroker::EncodeFrame(a);
+    flat_answer = gpubroker::EncodeFrameFor(a, true);
     SessionFrame p;
     FillPublish(*p.mutable_call());
     publish_call_n = Encode(p, publish_call);
@@ -183,8 +180,7 @@ int main(int argc, char** argv) {
     // As the client reads it: the frame decoder, length and all.
     gpubroker::FrameDecoder d;
     if (flat) d.AcceptFlatAnswers();
-    d.Append(flat ? std::string_view(flat_answer, flat_answer_n)
-                  : std::string_view(open_answer_frame));
+    d.Append(flat ? flat_answer : open_answer);
     auto f = d.Next();
     g_sink = f.ok() && f->has_value() ? (**f).reply().open().import().offset() : 0;
   };
@@ -278,7 +274,8 @@ int main(int argc, char** argv) {
   std::printf(
       "(the Open call %zu bytes, its answer %zu, the Publish %zu; the answer flat %zu, its facts "
       "as a struct %zu)\n",
-      open_call_n, open_answer_n, publish_call_n, flat_answer_n, sizeof(FlatOpenAnswer));
+      open_call_n, open_answer.size() - gpubroker::kFrameHeaderBytes, publish_call_n,
+      flat_answer.size() - gpubroker::kFrameHeaderBytes, sizeof(FlatOpenAnswer));
   double protobuf_asleep = 0, protobuf_warm = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const double a = Median(steps[i].asleep), w = Median(steps[i].warm);
