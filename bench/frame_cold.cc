@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   // The bytes each parse step reads, made once.
   char open_call[256], publish_call[512];
   size_t open_call_n = 0, publish_call_n = 0;
-  std::string open_answer, flat_answer;  // frames, as the daemon sends them
+  std::string open_answer, flat_answer;      // frames, as the daemon sends them
+  std::string flat_open_call, flat_publish;  // frames, as the client sends them flat
   {
     SessionFrame f;
     f.mutable_call()->set_request_id(42);
@@ -144,10 +145,12 @@ int main(int argc, char** argv) {
     SessionFrame a;
     FillOpenAnswer(*a.mutable_reply());
     open_answer = gpubroker::EncodeFrame(a);
-    flat_answer = gpubroker::EncodeFrameFor(a, true);
+    flat_answer = gpubroker::EncodeFrameFor(a, gpubroker::FlatFrames::kAnswers);
+    flat_open_call = gpubroker::EncodeFrameFor(f, gpubroker::FlatFrames::kCalls);
     SessionFrame p;
     FillPublish(*p.mutable_call());
     publish_call_n = Encode(p, publish_call);
+    flat_publish = gpubroker::EncodeFrameFor(p, gpubroker::FlatFrames::kCalls);
   }
   FlatOpenAnswer flat_wire{};
   char scratch[1024];
@@ -174,7 +177,37 @@ int main(int argc, char** argv) {
     auto* f = google::protobuf::Arena::Create<SessionFrame>(&arena);
     FillOpenAnswer(*f->mutable_reply());
     // As the daemon sends it: the frame, length and all.
-    g_sink = flat ? gpubroker::EncodeFrameFor(*f, true).size() : gpubroker::EncodeFrame(*f).size();
+    g_sink = flat ? gpubroker::EncodeFrameFor(*f, gpubroker::FlatFrames::kAnswers).size()
+                  : gpubroker::EncodeFrame(*f).size();
+  };
+  // The flat calls, as the client writes them and the daemon's frame decoder
+  // reads them.
+  auto encode_flat_open_call = [&] {
+    SessionFrame f;
+    f.mutable_call()->set_request_id(42);
+    f.mutable_call()->mutable_open()->mutable_ref()->set_name("handover.64MiB.17");
+    g_sink = gpubroker::EncodeFrameFor(f, gpubroker::FlatFrames::kCalls).size();
+  };
+  std::string open_call_frame;  // the protobuf Open call as the client sends it
+  {
+    SessionFrame f;
+    f.mutable_call()->set_request_id(42);
+    f.mutable_call()->mutable_open()->mutable_ref()->set_name("handover.64MiB.17");
+    open_call_frame = gpubroker::EncodeFrame(f);
+  }
+  auto encode_open_call_frame = [&] {
+    SessionFrame f;
+    f.mutable_call()->set_request_id(42);
+    f.mutable_call()->mutable_open()->mutable_ref()->set_name("handover.64MiB.17");
+    g_sink = gpubroker::EncodeFrame(f).size();
+  };
+  // The daemon's decoder reads either kind, as it does.
+  auto read_call = [&](const std::string& frame) {
+    gpubroker::FrameDecoder d;
+    d.AcceptFlatCalls();
+    d.Append(frame);
+    auto f = d.Next();
+    g_sink = f.ok() && f->has_value() ? (**f).call().request_id() : 0;
   };
   auto parse_open_answer = [&](bool flat) {
     // As the client reads it: the frame decoder, length and all.
@@ -218,6 +251,35 @@ int main(int argc, char** argv) {
                    }});
   steps.push_back({"  the same, the answer read flat into the message", [&] {
                      encode_open_call();
+                     parse_open_answer(true);
+                   }});
+  steps.push_back({"the Open call written flat (EncodeFrameFor)", encode_flat_open_call});
+  steps.push_back({"the flat Open call read by the daemon's frame decoder",
+                   [&] { read_call(flat_open_call); }});
+  steps.push_back({"the Publish written flat", [&] {
+                     SessionFrame f;
+                     FillPublish(*f.mutable_call());
+                     g_sink = gpubroker::EncodeFrameFor(f, gpubroker::FlatFrames::kCalls).size();
+                   }});
+  steps.push_back(
+      {"the flat Publish read by the daemon's frame decoder", [&] { read_call(flat_publish); }});
+  // The turns again, each frame through the daemon's and the client's own
+  // frame code (EncodeFrame / EncodeFrameFor, FrameDecoder), the answer flat,
+  // the call protobuf and then flat.
+  steps.push_back({"daemon's turn (frame code), the call protobuf, the answer flat", [&] {
+                     read_call(open_call_frame);
+                     encode_open_answer(true);
+                   }});
+  steps.push_back({"  the same, the call flat", [&] {
+                     read_call(flat_open_call);
+                     encode_open_answer(true);
+                   }});
+  steps.push_back({"consumer's turn (frame code), the call protobuf, the answer flat", [&] {
+                     encode_open_call_frame();
+                     parse_open_answer(true);
+                   }});
+  steps.push_back({"  the same, the call flat", [&] {
+                     encode_flat_open_call();
                      parse_open_answer(true);
                    }});
   steps.push_back({"the answer built on the arena, written flat (EncodeFrameFor)",

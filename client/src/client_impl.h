@@ -194,6 +194,9 @@ class SessionChannel {
 
   UniqueFd fd_;
   v1::Welcome welcome_;
+  // kCalls where the daemon reads flat calls (Welcome.flat_calls) and
+  // GPUBROKER_FLAT_CALLS is not 0: Open, Publish, Release and Claim go flat.
+  FlatFrames flat_calls_ = FlatFrames::kNone;
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds spin_;
 

@@ -97,6 +97,14 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
     ThrowError(ErrorCode::kInternal, "session.sock: the daemon did not answer Hello with Welcome");
   }
   welcome_ = reply->welcome();
+  // The calls of a hand-over's path in the flat layout, where the daemon
+  // reads them: with the flat answers, neither side of an Open runs
+  // protobuf's parser (common/wire/flat_call.h). GPUBROKER_FLAT_CALLS=0
+  // sends protobuf.
+  const char* flat_calls = std::getenv("GPUBROKER_FLAT_CALLS");
+  if (welcome_.flat_calls() && (flat_calls == nullptr || std::string_view(flat_calls) != "0")) {
+    flat_calls_ = FlatFrames::kCalls;
+  }
 }
 
 SessionChannel::~SessionChannel() = default;
@@ -331,7 +339,7 @@ uint64_t SessionChannel::Post(v1::Call call) {
   call.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_call() = std::move(call);
-  const std::string bytes = EncodeFrame(frame);
+  const std::string bytes = EncodeFrameFor(frame, flat_calls_);
   if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return 0;
   {
     std::lock_guard lock(mu_);
@@ -511,7 +519,7 @@ bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::millisec
   call.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_call() = std::move(call);
-  const std::string bytes = EncodeFrame(frame);
+  const std::string bytes = EncodeFrameFor(frame, flat_calls_);
   if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return false;
   v1::SessionFrame answer = Exchange(bytes, id, nullptr, timeout, awake);
   if (!answer.has_reply())

@@ -1,11 +1,9 @@
 #include "common/wire/flat_answer.h"
 
-#include <bit>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 
 #include "common/strings.h"
+#include "common/wire/flat_io.h"
 
 namespace gpubroker {
 namespace {
@@ -30,76 +28,15 @@ constexpr uint8_t kFlagTensor = 8;  // ... with a TensorDescriptor
 constexpr uint8_t kFlagImport = 16;
 constexpr uint8_t kKnownFlags =
     kFlagKeep | kFlagClientMade | kFlagBuffer | kFlagTensor | kFlagImport;
-constexpr size_t kMaxCount = std::numeric_limits<uint8_t>::max();
-constexpr size_t kMaxString = std::numeric_limits<uint16_t>::max();
+
+using flat::kMaxCount;
+using flat::kMaxString;
+using flat::Reader;
+using flat::Writer;
 
 const v1::OpenResponse& AnswerOf(const v1::Reply& reply) {
   return reply.response_case() == v1::Reply::kClaim ? reply.claim() : reply.open();
 }
-
-// Fields are copied as they lie in memory, which is the layout's byte order
-// on the machines this builds for.
-static_assert(std::endian::native == std::endian::little, "the flat layout is little-endian");
-
-class Writer {
- public:
-  explicit Writer(std::string* out) : out_(out) {}
-  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) { Bytes(&v, 4); }
-  void U64(uint64_t v) { Bytes(&v, 8); }
-  void Str(const std::string& s) {
-    const auto n = static_cast<uint16_t>(s.size());
-    Bytes(&n, 2);
-    out_->append(s);
-  }
-
- private:
-  void Bytes(const void* p, size_t n) { out_->append(static_cast<const char*>(p), n); }
-  std::string* out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool ok() const { return ok_; }
-  bool done() const { return ok_ && pos_ == in_.size(); }
-  uint8_t U8() {
-    uint8_t v = 0;
-    Bytes(&v, 1);
-    return v;
-  }
-  uint32_t U32() {
-    uint32_t v = 0;
-    Bytes(&v, 4);
-    return v;
-  }
-  uint64_t U64() {
-    uint64_t v = 0;
-    Bytes(&v, 8);
-    return v;
-  }
-  void Str(std::string* s) {
-    uint16_t n = 0;
-    Bytes(&n, 2);
-    if (!Need(n)) return;
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
-  }
-
- private:
-  bool Need(size_t n) {
-    if (ok_ && in_.size() - pos_ < n) ok_ = false;
-    return ok_;
-  }
-  void Bytes(void* p, size_t n) {
-    if (!Need(n)) return;
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
-  }
-  std::string_view in_;
-  size_t pos_ = 0;
-  bool ok_ = true;
-};
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include "common/strings.h"
 #include "common/wire/flat_answer.h"
+#include "common/wire/flat_call.h"
 
 namespace gpubroker {
 
@@ -23,12 +24,17 @@ std::string EncodeFrame(const v1::SessionFrame& frame) {
   return out;
 }
 
-std::string EncodeFrameFor(const v1::SessionFrame& frame, bool flat_answers) {
-  if (!flat_answers || !frame.has_reply() || !FitsFlatAnswer(frame.reply())) {
-    return EncodeFrame(frame);
-  }
+std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat) {
+  const bool answer =
+      flat == FlatFrames::kAnswers && frame.has_reply() && FitsFlatAnswer(frame.reply());
+  const bool call = flat == FlatFrames::kCalls && frame.has_call() && FitsFlatCall(frame.call());
+  if (!answer && !call) return EncodeFrame(frame);
   std::string out(kFrameHeaderBytes, '\0');
-  AppendFlatAnswer(frame.reply(), &out);
+  if (answer) {
+    AppendFlatAnswer(frame.reply(), &out);
+  } else {
+    AppendFlatCall(frame.call(), &out);
+  }
   const size_t body = out.size() - kFrameHeaderBytes;
   if (body > kMaxFrameBytes) return EncodeFrame(frame);
   PutLength(static_cast<uint32_t>(body) | kFlatFrameBit, out.data());
@@ -54,7 +60,7 @@ absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
   const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + consumed_);
   uint32_t len = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
                  (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
-  const bool flat = accept_flat_ && (len & kFlatFrameBit) != 0;
+  const bool flat = accept_flat_ != FlatFrames::kNone && (len & kFlatFrameBit) != 0;
   if (flat) len &= ~kFlatFrameBit;
   if (len > kMaxFrameBytes) {
     return absl::InvalidArgumentError(
@@ -63,9 +69,10 @@ absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
   if (avail < kFrameHeaderBytes + len) return std::nullopt;
   v1::SessionFrame frame;
   if (flat) {
-    if (absl::Status st = DecodeFlatAnswer(
-            std::string_view(reinterpret_cast<const char*>(p) + kFrameHeaderBytes, len),
-            frame.mutable_reply());
+    const std::string_view body(reinterpret_cast<const char*>(p) + kFrameHeaderBytes, len);
+    if (absl::Status st = accept_flat_ == FlatFrames::kAnswers
+                              ? DecodeFlatAnswer(body, frame.mutable_reply())
+                              : DecodeFlatCall(body, frame.mutable_call());
         !st.ok()) {
       return st;
     }

@@ -18,10 +18,16 @@ inline constexpr size_t kFrameHeaderBytes = 4;
 /// Serializes a frame: 4-byte little-endian length, then the message.
 std::string EncodeFrame(const v1::SessionFrame& frame);
 
-/// The same, for a session that reads flat answers (Hello.flat_answers): an
-/// answer to Open or Claim goes as a flat frame (common/wire/flat_answer.h),
-/// anything else as EncodeFrame writes it.
-std::string EncodeFrameFor(const v1::SessionFrame& frame, bool flat_answers);
+/// Which flat frames (the length's top bit set) a peer reads: the daemon's
+/// answers to Open and Claim (common/wire/flat_answer.h; a client whose
+/// Hello asked), or a client's calls of a hand-over's path
+/// (common/wire/flat_call.h; a daemon whose Welcome says so). Each side
+/// sends flat frames of one kind only, and reads those of the other.
+enum class FlatFrames : uint8_t { kNone, kAnswers, kCalls };
+
+/// The same, for a peer that reads `flat` frames: a frame of that kind that
+/// fits the layout goes flat, anything else as EncodeFrame writes it.
+std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat);
 
 /// Reassembles frames from a byte stream that arrives in arbitrary pieces.
 /// A malformed stream (length over kMaxFrameBytes, a body that does not parse,
@@ -29,9 +35,11 @@ std::string EncodeFrameFor(const v1::SessionFrame& frame, bool flat_answers);
 /// the connection is to be dropped.
 class FrameDecoder {
  public:
-  /// Reads flat frames too (a client that asked for flat answers); without
-  /// it, one is a malformed stream.
-  void AcceptFlatAnswers() { accept_flat_ = true; }
+  /// Reads flat frames too: answers (a client that asked for them) or calls
+  /// (the daemon). Without it, a flat frame is a malformed stream.
+  void AcceptFlat(FlatFrames kind) { accept_flat_ = kind; }
+  void AcceptFlatAnswers() { AcceptFlat(FlatFrames::kAnswers); }
+  void AcceptFlatCalls() { AcceptFlat(FlatFrames::kCalls); }
 
   /// Appends bytes as they were read from the socket.
   void Append(std::string_view bytes);
@@ -46,7 +54,7 @@ class FrameDecoder {
  private:
   std::string buffer_;
   size_t consumed_ = 0;
-  bool accept_flat_ = false;
+  FlatFrames accept_flat_ = FlatFrames::kNone;
 };
 
 }  // namespace gpubroker

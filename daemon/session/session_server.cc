@@ -370,6 +370,7 @@ void SessionServer::Admit(UniqueFd fd) {
   auto c = std::make_unique<Connection>();
   c->serial = next_serial_++;
   c->peer = *peer;
+  c->decoder.AcceptFlatCalls();  // a Call all the same: served only after Hello
   c->hello_deadline = std::chrono::steady_clock::now() + options_.hello_timeout;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
@@ -580,9 +581,12 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
                session->tenant, session->client_name);
   ToWelcome(*session, registry_.backend(), registry_.wait_limits(), reply.mutable_welcome());
   // The answers a consumer waits for, read in about half of protobuf's time by
-  // a process that has just woken (common/wire/flat_answer.h).
-  c.flat_answers = hello.flat_answers();
-  reply.mutable_welcome()->set_flat_answers(c.flat_answers);
+  // a process that has just woken (common/wire/flat_answer.h), and the calls
+  // of a hand-over's path, which this connection's decoder reads flat too
+  // (common/wire/flat_call.h).
+  c.flat = hello.flat_answers() ? FlatFrames::kAnswers : FlatFrames::kNone;
+  reply.mutable_welcome()->set_flat_answers(hello.flat_answers());
+  reply.mutable_welcome()->set_flat_calls(true);
   return SendFrame(c, reply);
 }
 
@@ -719,7 +723,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     out->set_offset(b.offset);
     out->set_size(b.size);
   }
-  c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrameFor(reply, c.flat_answers), UniqueFd()});
+  c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrameFor(reply, c.flat), UniqueFd()});
   return Flush(c);
 }
 
@@ -787,7 +791,7 @@ void SessionServer::AnswerParked(int serving_fd) {
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,
                                                 UniqueFd fd) {
   if (c.peer_gone) return Outcome::kKeep;  // an answer nobody can read
-  c.out.push_back(Outgoing{EncodeFrameFor(frame, c.flat_answers), std::move(fd)});
+  c.out.push_back(Outgoing{EncodeFrameFor(frame, c.flat), std::move(fd)});
   return Flush(c);
 }
 

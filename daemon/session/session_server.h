@@ -91,11 +91,12 @@ class SessionServer {
     UniqueFd fd;
     uint64_t serial = 0;  // tells this connection from a later one on the same descriptor
     PeerCredentials peer;
-    FrameDecoder decoder;
+    FrameDecoder decoder;  // reads flat calls (common/wire/flat_call.h) too
     SessionId session = 0;
     SessionView view;  // once the session is open
     bool said_goodbye = false;
-    bool flat_answers = false;  // its Hello asked: Open and Claim answered flat
+    // kAnswers once its Hello asked: Open and Claim answered flat.
+    FlatFrames flat = FlatFrames::kNone;
     std::chrono::steady_clock::time_point hello_deadline;
     std::deque<Outgoing> out;  // replies the peer has not taken yet
     size_t out_offset = 0;     // bytes of out.front() already written

@@ -1,8 +1,9 @@
 // libFuzzer target for the session-frame decoder: arbitrary bytes, arriving
 // in arbitrary pieces, must never crash it, and whatever it accepts must
-// survive a round trip through the encoder. Half of the inputs go to a
+// survive a round trip through the encoder. A quarter of the inputs go to a
 // decoder that reads flat answers too (a client's), whose round trip writes
-// Opens and Claims flat.
+// Opens and Claims flat, and a quarter to one that reads flat calls (the
+// daemon's), whose round trip writes the calls of a hand-over's path flat.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -20,13 +21,16 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  // The first byte picks how the stream is cut into reads, and whether flat
-  // answers are read.
+  // The first byte picks how the stream is cut into reads, and which flat
+  // frames are read: none, answers (0x40) or calls (0x80).
   const size_t chunk = 1 + data[0] % 64;
-  const bool flat = (data[0] & 0x40) != 0;
+  const auto kind = (data[0] & 0x40) != 0   ? gpubroker::FlatFrames::kAnswers
+                    : (data[0] & 0x80) != 0 ? gpubroker::FlatFrames::kCalls
+                                            : gpubroker::FlatFrames::kNone;
+  const bool flat = kind != gpubroker::FlatFrames::kNone;
   std::string_view stream(reinterpret_cast<const char*>(data + 1), size - 1);
   gpubroker::FrameDecoder decoder;
-  if (flat) decoder.AcceptFlatAnswers();
+  decoder.AcceptFlat(kind);
   bool failed = false;
   while (!stream.empty() && !failed) {
     const size_t n = std::min(chunk, stream.size());
@@ -43,8 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // protobuf frame held beyond them does not travel flat.
       if (flat) (*frame)->DiscardUnknownFields();
       gpubroker::FrameDecoder again;
-      if (flat) again.AcceptFlatAnswers();
-      again.Append(gpubroker::EncodeFrameFor(**frame, flat));
+      again.AcceptFlat(kind);
+      again.Append(gpubroker::EncodeFrameFor(**frame, kind));
       auto copy = again.Next();
       if (!copy.ok() || !copy->has_value() ||
           (*copy)->SerializeAsString() != (*frame)->SerializeAsString()) {

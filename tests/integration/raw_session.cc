@@ -66,7 +66,8 @@ std::string RawSession::token_hex() const {
 }
 
 absl::Status RawSession::Send(const v1::SessionFrame& frame) {
-  return SendAll(fd_.get(), EncodeFrame(frame));
+  return SendAll(fd_.get(),
+                 EncodeFrameFor(frame, flat_calls_ ? FlatFrames::kCalls : FlatFrames::kNone));
 }
 
 absl::StatusOr<std::optional<v1::SessionFrame>> RawSession::Read(std::chrono::milliseconds timeout,

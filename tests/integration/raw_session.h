@@ -33,6 +33,10 @@ class RawSession {
   /// The session token as gRPC metadata wants it (32 hex digits).
   std::string token_hex() const;
 
+  /// From now on, Send writes the calls that have a flat layout flat
+  /// (common/wire/flat_call.h), as a client does whose Welcome says flat_calls.
+  void SendCallsFlat(bool on) { flat_calls_ = on; }
+
   /// Writes a whole frame (blocking).
   absl::Status Send(const v1::SessionFrame& frame);
   /// The next frame, or nullopt when none came within `timeout`. UNAVAILABLE
@@ -56,6 +60,7 @@ class RawSession {
   FrameDecoder decoder_;
   v1::Welcome welcome_;
   uint64_t next_id_ = 1;
+  bool flat_calls_ = false;
 };
 
 /// The status an ErrorFrame carries, its refusal reason attached (common/refusal.h).

@@ -13,65 +13,13 @@
 
 #include "common/wire/frame.h"
 #include "gtest/gtest.h"
+#include "tests/unit/fill_every_field.h"
 
 namespace gpubroker {
 namespace {
 
-using google::protobuf::FieldDescriptor;
-using google::protobuf::Message;
 using google::protobuf::util::MessageDifferencer;
-
-// Sets every field of `m`, nested messages included, to a value that is not
-// its default and differs from field to field: whatever the messages gain,
-// the round trip below sees it.
-void FillEveryField(Message* m, int seed) {
-  const auto* d = m->GetDescriptor();
-  const auto* r = m->GetReflection();
-  for (int i = 0; i < d->field_count(); ++i) {
-    const FieldDescriptor* f = d->field(i);
-    const int v = seed * 100 + f->number();
-    const int copies = f->is_repeated() ? 3 : 1;
-    for (int k = 0; k < copies; ++k) {
-      const int x = v + k;
-      switch (f->cpp_type()) {
-        case FieldDescriptor::CPPTYPE_INT32:
-          f->is_repeated() ? r->AddInt32(m, f, -x) : r->SetInt32(m, f, -x);
-          break;
-        case FieldDescriptor::CPPTYPE_INT64:
-          f->is_repeated() ? r->AddInt64(m, f, -(int64_t{x} << 33))
-                           : r->SetInt64(m, f, -(int64_t{x} << 33));
-          break;
-        case FieldDescriptor::CPPTYPE_UINT32:
-          f->is_repeated() ? r->AddUInt32(m, f, 0x80000000u + x)
-                           : r->SetUInt32(m, f, 0x80000000u + x);
-          break;
-        case FieldDescriptor::CPPTYPE_UINT64:
-          f->is_repeated() ? r->AddUInt64(m, f, (uint64_t{1} << 63) + x)
-                           : r->SetUInt64(m, f, (uint64_t{1} << 63) + x);
-          break;
-        case FieldDescriptor::CPPTYPE_BOOL:
-          f->is_repeated() ? r->AddBool(m, f, true) : r->SetBool(m, f, true);
-          break;
-        case FieldDescriptor::CPPTYPE_ENUM:
-          // A value past the enum's names, which proto3 keeps as it is.
-          f->is_repeated() ? r->AddEnumValue(m, f, 1000 + x) : r->SetEnumValue(m, f, 1000 + x);
-          break;
-        case FieldDescriptor::CPPTYPE_STRING: {
-          std::string s = "field " + std::to_string(x);
-          s.push_back('\0');  // bytes, not C strings
-          s += std::string(static_cast<size_t>(f->number()), 'x');
-          f->is_repeated() ? r->AddString(m, f, s) : r->SetString(m, f, s);
-          break;
-        }
-        case FieldDescriptor::CPPTYPE_MESSAGE:
-          FillEveryField(f->is_repeated() ? r->AddMessage(m, f) : r->MutableMessage(m, f), x);
-          break;
-        default:
-          FAIL() << "a field type this test does not fill: " << f->full_name();
-      }
-    }
-  }
-}
+using testing_util::FillEveryField;
 
 v1::Reply EveryFieldAnswer(bool claim) {
   v1::Reply reply;
@@ -163,11 +111,13 @@ TEST(FlatFrames, TravelOnlyToADecoderThatAskedAndOnlyForAnswers) {
   for (int i = 0; i < 300; ++i) {
     wide.mutable_reply()->mutable_open()->mutable_buffer()->mutable_tensor()->add_shape(i);
   }
-  const std::string stream =
-      EncodeFrameFor(open, true) + EncodeFrameFor(other, true) + EncodeFrameFor(wide, true);
-  EXPECT_EQ(EncodeFrameFor(other, true), EncodeFrame(other));  // not an Open: protobuf
-  EXPECT_EQ(EncodeFrameFor(wide, true), EncodeFrame(wide));    // does not fit: protobuf
-  EXPECT_NE(EncodeFrameFor(open, true), EncodeFrame(open));
+  const std::string stream = EncodeFrameFor(open, FlatFrames::kAnswers) +
+                             EncodeFrameFor(other, FlatFrames::kAnswers) +
+                             EncodeFrameFor(wide, FlatFrames::kAnswers);
+  // Not an Open, and an Open that does not fit: protobuf.
+  EXPECT_EQ(EncodeFrameFor(other, FlatFrames::kAnswers), EncodeFrame(other));
+  EXPECT_EQ(EncodeFrameFor(wide, FlatFrames::kAnswers), EncodeFrame(wide));
+  EXPECT_NE(EncodeFrameFor(open, FlatFrames::kAnswers), EncodeFrame(open));
 
   // Split at every byte, as reads cut it.
   for (size_t cut = 0; cut <= stream.size(); ++cut) {
@@ -190,9 +140,9 @@ TEST(FlatFrames, TravelOnlyToADecoderThatAskedAndOnlyForAnswers) {
     EXPECT_TRUE(MessageDifferencer::Equals(got[2], wide));
   }
 
-  // A decoder that did not ask (the daemon's, an older client's) refuses it.
+  // A decoder that did not ask (an older client's) refuses it.
   FrameDecoder plain;
-  plain.Append(EncodeFrameFor(open, true));
+  plain.Append(EncodeFrameFor(open, FlatFrames::kAnswers));
   EXPECT_EQ(plain.Next().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
