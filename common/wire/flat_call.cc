@@ -10,8 +10,9 @@ namespace {
 
 // The calls' layout 1, little-endian throughout:
 //   u8 layout (0x41: the answers' layouts count from 1, the calls' from
-//       0x41, so that neither decoder takes the other's frames), u8 which (kWhich*), u8 flags (kFlag*), u8 shape count,
-//   u8 strides count, u8 0, u16 0
+//       0x41, so that neither decoder takes the other's frames),
+//   u8 which (kWhich*), u8 flags (kFlag*), u8 shape count, u8 strides
+//       count, u8 0, u16 0
 //   u64 request_id
 //   with kFlagCounters: the ClientCounters, 14 u64 in field-number order
 //   Open:    u64 id, timeout_ms, awake_us; name (u16 length + bytes)

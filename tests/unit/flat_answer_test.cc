@@ -13,12 +13,13 @@
 
 #include "common/wire/frame.h"
 #include "gtest/gtest.h"
-#include "tests/unit/fill_every_field.h"
+#include "tests/unit/flat_layout_test_util.h"
 
 namespace gpubroker {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using testing_util::ExpectDecodedAtEveryCut;
 using testing_util::FillEveryField;
 
 v1::Reply EveryFieldAnswer(bool claim) {
@@ -120,25 +121,7 @@ TEST(FlatFrames, TravelOnlyToADecoderThatAskedAndOnlyForAnswers) {
   EXPECT_NE(EncodeFrameFor(open, FlatFrames::kAnswers), EncodeFrame(open));
 
   // Split at every byte, as reads cut it.
-  for (size_t cut = 0; cut <= stream.size(); ++cut) {
-    FrameDecoder d;
-    d.AcceptFlatAnswers();
-    std::vector<v1::SessionFrame> got;
-    for (std::string_view part :
-         {std::string_view(stream).substr(0, cut), std::string_view(stream).substr(cut)}) {
-      d.Append(part);
-      for (;;) {
-        auto f = d.Next();
-        ASSERT_TRUE(f.ok()) << f.status();
-        if (!f->has_value()) break;
-        got.push_back(std::move(**f));
-      }
-    }
-    ASSERT_EQ(got.size(), 3u) << "cut at " << cut;
-    EXPECT_TRUE(MessageDifferencer::Equals(got[0], open));
-    EXPECT_TRUE(MessageDifferencer::Equals(got[1], other));
-    EXPECT_TRUE(MessageDifferencer::Equals(got[2], wide));
-  }
+  ExpectDecodedAtEveryCut(stream, FlatFrames::kAnswers, {open, other, wide});
 
   // A decoder that did not ask (an older client's) refuses it.
   FrameDecoder plain;

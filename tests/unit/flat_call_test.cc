@@ -13,12 +13,13 @@
 
 #include "common/wire/frame.h"
 #include "gtest/gtest.h"
-#include "tests/unit/fill_every_field.h"
+#include "tests/unit/flat_layout_test_util.h"
 
 namespace gpubroker {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using testing_util::ExpectDecodedAtEveryCut;
 using testing_util::FillEveryField;
 
 // Every field of the call and of its counters set, the request being `which`.
@@ -215,26 +216,7 @@ TEST(FlatFrames, CallsTravelFlatOnlyToADecoderThatReadsThem) {
   // A peer that reads flat answers gets calls as protobuf (and the reverse).
   EXPECT_EQ(EncodeFrameFor(open, FlatFrames::kAnswers), EncodeFrame(open));
 
-  for (size_t cut = 0; cut <= stream.size(); ++cut) {
-    FrameDecoder d;
-    d.AcceptFlatCalls();
-    std::vector<v1::SessionFrame> got;
-    for (std::string_view part :
-         {std::string_view(stream).substr(0, cut), std::string_view(stream).substr(cut)}) {
-      d.Append(part);
-      for (;;) {
-        auto f = d.Next();
-        ASSERT_TRUE(f.ok()) << f.status();
-        if (!f->has_value()) break;
-        got.push_back(std::move(**f));
-      }
-    }
-    ASSERT_EQ(got.size(), 4u) << "cut at " << cut;
-    EXPECT_TRUE(MessageDifferencer::Equals(got[0], hello));
-    EXPECT_TRUE(MessageDifferencer::Equals(got[1], open));
-    EXPECT_TRUE(MessageDifferencer::Equals(got[2], allocate));
-    EXPECT_TRUE(MessageDifferencer::Equals(got[3], publish));
-  }
+  ExpectDecodedAtEveryCut(stream, FlatFrames::kCalls, {hello, open, allocate, publish});
 
   // A decoder that does not read flat calls (an older daemon's, a client's)
   // refuses one.

@@ -1,15 +1,19 @@
 #pragma once
 
-// Fills every field of a protobuf message, for the tests of the flat layouts:
-// a field the messages gain later is filled too, so a layout that does not
-// carry it fails its round trip.
+// What the tests of the flat layouts (common/wire/flat_answer.h,
+// common/wire/flat_call.h) share: every field of a message filled, and a
+// stream of frames decoded in two reads cut at every byte.
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "common/wire/frame.h"
 #include "gtest/gtest.h"
 
 namespace gpubroker::testing_util {
@@ -62,6 +66,32 @@ inline void FillEveryField(google::protobuf::Message* m, int seed) {
         default:
           FAIL() << "a field type this test does not fill: " << f->full_name();
       }
+    }
+  }
+}
+
+// Decodes `stream` with a decoder reading `flat` frames, in two reads cut
+// at every byte in turn, and expects `frames` each time.
+inline void ExpectDecodedAtEveryCut(const std::string& stream, FlatFrames flat,
+                                    const std::vector<v1::SessionFrame>& frames) {
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    FrameDecoder d;
+    d.AcceptFlat(flat);
+    std::vector<v1::SessionFrame> got;
+    for (std::string_view part :
+         {std::string_view(stream).substr(0, cut), std::string_view(stream).substr(cut)}) {
+      d.Append(part);
+      for (;;) {
+        auto f = d.Next();
+        ASSERT_TRUE(f.ok()) << f.status();
+        if (!f->has_value()) break;
+        got.push_back(std::move(**f));
+      }
+    }
+    ASSERT_EQ(got.size(), frames.size()) << "cut at " << cut;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(got[i], frames[i]))
+          << "frame " << i << ", cut at " << cut;
     }
   }
 }
