@@ -79,6 +79,39 @@ void FillOpenAnswer(Reply& reply) {
   im->set_fence_region_id(2);
 }
 
+// The same answer as the daemon's books hold it (its grant: owned strings
+// and vectors), from which it writes the flat frame with no message.
+struct Grant {
+  std::string name = "handover.64MiB.17", uuid = kUuid, tenant = "default", backing = "cuda-arena";
+  std::vector<int64_t> shape = {4096, 4096};
+};
+
+gpubroker::FlatAnswerFacts FactsOf(const Grant& g) {
+  gpubroker::FlatAnswerFacts f;
+  f.request_id = 42;
+  f.has_buffer = f.has_tensor = f.has_import = true;
+  f.id = 123456;
+  f.name = g.name;
+  f.size = f.reserved_size = f.mapped_size = 64 << 20;
+  f.device_uuid = f.import_device_uuid = g.uuid;
+  f.tenant = g.tenant;
+  f.state = BUFFER_STATE_SEALED;
+  f.dtype = DTYPE_FLOAT32;
+  f.shape = g.shape;
+  f.leases = 2;
+  f.owner_session = 7;
+  f.created_unix_ms = 1765000000000;
+  f.backing = g.backing;
+  f.client_made = true;
+  f.import_kind = IMPORT_KIND_CUDA_ARENA;
+  f.region_id = 3;
+  f.offset = 1 << 26;
+  f.fence_offset = 4096;
+  f.fence_value = 99;
+  f.fence_region_id = 2;
+  return f;
+}
+
 // The producer's seal of a block it made: PublishRequest with a tensor.
 void FillPublish(Call& call) {
   call.set_request_id(41);
@@ -281,6 +314,18 @@ int main(int argc, char** argv) {
   steps.push_back({"  the same, the call flat", [&] {
                      encode_flat_open_call();
                      parse_open_answer(true);
+                   }});
+  const Grant grant;
+  auto write_answer_from_grant = [&] {
+    std::string out;
+    gpubroker::AppendFlatAnswerFrame(FactsOf(grant), &out);
+    g_sink = out.size();
+  };
+  steps.push_back({"the answer's flat frame written from the daemon's grant, no message",
+                   write_answer_from_grant});
+  steps.push_back({"daemon's turn (frame code), the call flat, the answer from the grant", [&] {
+                     read_call(flat_open_call);
+                     write_answer_from_grant();
                    }});
   steps.push_back({"the answer built on the arena, written flat (EncodeFrameFor)",
                    [&] { encode_open_answer(true); }});

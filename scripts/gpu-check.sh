@@ -6,7 +6,8 @@
 #   1. the GPU integration tests (gpubroker_gpu_tests);
 #   2. the soak on the CUDA backend, 45 s (SOAK_SECONDS; 0 skips it): 24
 #      clients of mixed calls and SIGKILLs, every read checked;
-#   3. every Python suite (host and GPU);
+#   3. every Python suite (host and GPU), then the examples, each producer
+#      and consumer pair in its own processes;
 #   4. the 40 GiB VMM import and map (gpubroker-vmm-map-probe);
 #   5. the Python hand-over by issue #12's steps at 64 MiB and 1 GiB (--quick);
 #   6. the consumer's open and as_cupy() cut apart (consumer_steps.py);
@@ -66,6 +67,11 @@ step "Python tests"
   >"$out/python-tests.log" 2>&1 || status=1
 grep -E "^(FAILED|ERROR)" "$out/python-tests.log" | head -20
 tail -1 "$out/python-tests.log"
+
+step "Python examples (examples/python/run-all.sh)"
+timeout 120 bash "$bundle/src/examples/python/run-all.sh" >"$out/python-examples.log" 2>&1 ||
+  status=1
+grep -vE "^\s*$" "$out/python-examples.log" | tail -12
 
 step "VMM import and map of 40 GiB"
 timeout 60 gpubroker-vmm-map-probe 40 3 >"$out/vmm-map-probe.txt" 2>&1 ||

@@ -40,64 +40,116 @@ const v1::OpenResponse& AnswerOf(const v1::Reply& reply) {
 
 }  // namespace
 
-bool FitsFlatAnswer(const v1::Reply& reply) {
-  if (reply.response_case() != v1::Reply::kOpen && reply.response_case() != v1::Reply::kClaim) {
-    return false;
-  }
+namespace {
+
+// The facts of `reply` (an Open's or a Claim's), as views into it.
+FlatAnswerFacts FactsOf(const v1::Reply& reply) {
   const v1::OpenResponse& a = AnswerOf(reply);
   const v1::BufferInfo& b = a.buffer();
+  const v1::TensorDescriptor& t = b.tensor();
   const v1::ImportDescriptor& im = a.import();
-  if (b.tensor().shape_size() > static_cast<int>(kMaxCount) ||
-      b.tensor().strides_size() > static_cast<int>(kMaxCount) ||
-      b.shared_with_size() > static_cast<int>(kMaxCount)) {
+  FlatAnswerFacts f;
+  f.claim = reply.response_case() == v1::Reply::kClaim;
+  f.request_id = reply.request_id();
+  f.has_buffer = a.has_buffer();
+  f.has_tensor = b.has_tensor();
+  f.has_import = a.has_import();
+  f.id = b.id();
+  f.size = b.size();
+  f.reserved_size = b.reserved_size();
+  f.owner_session = b.owner_session();
+  f.expires_unix_ms = b.expires_unix_ms();
+  f.created_unix_ms = b.created_unix_ms();
+  f.state = b.state();
+  f.leases = b.leases();
+  f.keep = b.keep();
+  f.client_made = b.client_made();
+  f.name = b.name();
+  f.device_uuid = b.device_uuid();
+  f.tenant = b.tenant();
+  f.backing = b.backing();
+  f.shared_with.assign(b.shared_with().begin(), b.shared_with().end());
+  f.dtype = t.dtype();
+  f.shape = std::span<const int64_t>(t.shape().data(), static_cast<size_t>(t.shape_size()));
+  f.strides = std::span<const int64_t>(t.strides().data(), static_cast<size_t>(t.strides_size()));
+  f.byte_offset = t.byte_offset();
+  f.import_kind = im.kind();
+  f.region_id = im.region_id();
+  f.offset = im.offset();
+  f.mapped_size = im.mapped_size();
+  f.fence_offset = im.fence_offset();
+  f.fence_value = im.fence_value();
+  f.fence_region_id = im.fence_region_id();
+  f.allocation_id = im.allocation_id();
+  f.export_data = im.export_data();
+  f.import_device_uuid = im.device_uuid();
+  return f;
+}
+
+bool Fits(const FlatAnswerFacts& f) {
+  if (f.shape.size() > kMaxCount || f.strides.size() > kMaxCount ||
+      f.shared_with.size() > kMaxCount) {
     return false;
   }
-  for (const std::string* s : {&b.name(), &b.device_uuid(), &b.tenant(), &b.backing(),
-                               &im.export_data(), &im.device_uuid()}) {
-    if (s->size() > kMaxString) return false;
+  for (std::string_view s :
+       {f.name, f.device_uuid, f.tenant, f.backing, f.export_data, f.import_device_uuid}) {
+    if (s.size() > kMaxString) return false;
   }
-  for (const std::string& s : b.shared_with()) {
+  for (std::string_view s : f.shared_with) {
     if (s.size() > kMaxString) return false;
   }
   return true;
 }
 
-void AppendFlatAnswer(const v1::Reply& reply, std::string* out) {
-  const v1::OpenResponse& a = AnswerOf(reply);
-  const v1::BufferInfo& b = a.buffer();
-  const v1::TensorDescriptor& t = b.tensor();
-  const v1::ImportDescriptor& im = a.import();
+}  // namespace
+
+bool FitsFlatAnswer(const v1::Reply& reply) {
+  if (reply.response_case() != v1::Reply::kOpen && reply.response_case() != v1::Reply::kClaim) {
+    return false;
+  }
+  return Fits(FactsOf(reply));
+}
+
+bool AppendFlatAnswer(const v1::Reply& reply, std::string* out) {
+  if (reply.response_case() != v1::Reply::kOpen && reply.response_case() != v1::Reply::kClaim) {
+    return false;
+  }
+  return AppendFlatAnswer(FactsOf(reply), out);
+}
+
+bool AppendFlatAnswer(const FlatAnswerFacts& f, std::string* out) {
+  if (!Fits(f)) return false;
   Writer w(out);
   w.U8(kLayout);
-  w.U8(reply.response_case() == v1::Reply::kClaim ? kWhichClaim : kWhichOpen);
-  w.U8(static_cast<uint8_t>(t.shape_size()));
-  w.U8(static_cast<uint8_t>(t.strides_size()));
-  w.U8(static_cast<uint8_t>(b.shared_with_size()));
-  w.U8((b.keep() ? kFlagKeep : 0) | (b.client_made() ? kFlagClientMade : 0) |
-       (a.has_buffer() ? kFlagBuffer : 0) | (b.has_tensor() ? kFlagTensor : 0) |
-       (a.has_import() ? kFlagImport : 0));
+  w.U8(f.claim ? kWhichClaim : kWhichOpen);
+  w.U8(static_cast<uint8_t>(f.shape.size()));
+  w.U8(static_cast<uint8_t>(f.strides.size()));
+  w.U8(static_cast<uint8_t>(f.shared_with.size()));
+  w.U8((f.keep ? kFlagKeep : 0) | (f.client_made ? kFlagClientMade : 0) |
+       (f.has_buffer ? kFlagBuffer : 0) | (f.has_tensor ? kFlagTensor : 0) |
+       (f.has_import ? kFlagImport : 0));
   w.U8(0);
   w.U8(0);
-  w.U32(static_cast<uint32_t>(b.state()));
-  w.U32(b.leases());
-  w.U32(static_cast<uint32_t>(t.dtype()));
-  w.U32(static_cast<uint32_t>(im.kind()));
-  for (uint64_t v :
-       {reply.request_id(), b.id(), b.size(), b.reserved_size(), b.owner_session(), t.byte_offset(),
-        static_cast<uint64_t>(b.expires_unix_ms()), static_cast<uint64_t>(b.created_unix_ms()),
-        im.region_id(), im.offset(), im.mapped_size(), im.fence_offset(), im.fence_value(),
-        im.fence_region_id(), im.allocation_id()}) {
+  w.U32(static_cast<uint32_t>(f.state));
+  w.U32(f.leases);
+  w.U32(static_cast<uint32_t>(f.dtype));
+  w.U32(static_cast<uint32_t>(f.import_kind));
+  for (uint64_t v : {f.request_id, f.id, f.size, f.reserved_size, f.owner_session, f.byte_offset,
+                     static_cast<uint64_t>(f.expires_unix_ms),
+                     static_cast<uint64_t>(f.created_unix_ms), f.region_id, f.offset, f.mapped_size,
+                     f.fence_offset, f.fence_value, f.fence_region_id, f.allocation_id}) {
     w.U64(v);
   }
-  for (int64_t d : t.shape()) w.U64(static_cast<uint64_t>(d));
-  for (int64_t d : t.strides()) w.U64(static_cast<uint64_t>(d));
-  w.Str(b.name());
-  w.Str(b.device_uuid());
-  w.Str(b.tenant());
-  w.Str(b.backing());
-  for (const std::string& s : b.shared_with()) w.Str(s);
-  w.Str(im.export_data());
-  w.Str(im.device_uuid());
+  for (int64_t d : f.shape) w.U64(static_cast<uint64_t>(d));
+  for (int64_t d : f.strides) w.U64(static_cast<uint64_t>(d));
+  w.Str(f.name);
+  w.Str(f.device_uuid);
+  w.Str(f.tenant);
+  w.Str(f.backing);
+  for (std::string_view s : f.shared_with) w.Str(s);
+  w.Str(f.export_data);
+  w.Str(f.import_device_uuid);
+  return true;
 }
 
 absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {

@@ -1,7 +1,10 @@
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gpubroker/v1/session.pb.h"
@@ -32,8 +35,43 @@ inline constexpr uint32_t kFlatFrameBit = 0x80000000u;
 /// only the answers it builds itself. No reflection: this is on the path.
 bool FitsFlatAnswer(const v1::Reply& reply);
 
-/// Appends `reply` (FitsFlatAnswer) to `out` in the flat layout.
-void AppendFlatAnswer(const v1::Reply& reply, std::string* out);
+/// Appends `reply` to `out` in the flat layout. False, with nothing
+/// written, when it is not one that FitsFlatAnswer.
+bool AppendFlatAnswer(const v1::Reply& reply, std::string* out);
+
+/// What an Open's or a Claim's answer says, field for field as the flat
+/// layout carries it, with no message in between: the daemon fills it from
+/// its own books and writes its answer from it. The enums are their wire
+/// (v1) values; strings and lists are views, valid while it is written.
+struct FlatAnswerFacts {
+  bool claim = false;  // Reply.claim, else Reply.open
+  uint64_t request_id = 0;
+  bool has_buffer = false;
+  bool has_tensor = false;
+  bool has_import = false;
+  // BufferInfo
+  uint64_t id = 0, size = 0, reserved_size = 0, owner_session = 0;
+  int64_t expires_unix_ms = 0, created_unix_ms = 0;
+  int32_t state = 0;
+  uint32_t leases = 0;
+  bool keep = false, client_made = false;
+  std::string_view name, device_uuid, tenant, backing;
+  std::vector<std::string_view> shared_with;
+  // TensorDescriptor
+  int32_t dtype = 0;
+  std::span<const int64_t> shape, strides;
+  uint64_t byte_offset = 0;
+  // ImportDescriptor
+  int32_t import_kind = 0;
+  uint64_t region_id = 0, offset = 0, mapped_size = 0, fence_offset = 0, fence_value = 0,
+           fence_region_id = 0, allocation_id = 0;
+  std::string_view export_data, import_device_uuid;
+};
+
+/// Appends `facts` to `out` in the flat layout, the very bytes that
+/// AppendFlatAnswer writes for the Reply that says the same. False, with
+/// nothing written, when they do not fit the layout's bounds.
+bool AppendFlatAnswer(const FlatAnswerFacts& facts, std::string* out);
 
 /// Reads a flat answer into `out` (cleared first). INVALID_ARGUMENT for bytes
 /// that are not exactly one flat answer of a layout this build knows.

@@ -114,7 +114,8 @@ bool FitsFlatCall(const v1::Call& call) {
   }
 }
 
-void AppendFlatCall(const v1::Call& call, std::string* out) {
+bool AppendFlatCall(const v1::Call& call, std::string* out) {
+  if (!FitsFlatCall(call)) return false;
   Writer w(out);
   uint8_t which = 0;
   uint8_t flags = call.has_counters() ? kFlagCounters : 0;
@@ -185,6 +186,7 @@ void AppendFlatCall(const v1::Call& call, std::string* out) {
       w.Str(call.claim().secret());
       break;
   }
+  return true;
 }
 
 absl::Status DecodeFlatCall(std::string_view body, v1::Call* out) {

@@ -29,8 +29,9 @@ namespace gpubroker {
 /// messages gain one it does not); unknown fields are not carried.
 bool FitsFlatCall(const v1::Call& call);
 
-/// Appends `call` (FitsFlatCall) to `out` in the flat layout.
-void AppendFlatCall(const v1::Call& call, std::string* out);
+/// Appends `call` to `out` in the flat layout. False, with nothing
+/// written, when it is not one that FitsFlatCall.
+bool AppendFlatCall(const v1::Call& call, std::string* out);
 
 /// Reads a flat call into `out` (cleared first). INVALID_ARGUMENT for bytes
 /// that are not exactly one flat call of a layout this build knows.

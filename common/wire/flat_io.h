@@ -28,7 +28,7 @@ class Writer {
   void U32(uint32_t v) { Bytes(&v, 4); }
   void U64(uint64_t v) { Bytes(&v, 8); }
   /// At most kMaxString bytes (the caller checks).
-  void Str(const std::string& s) {
+  void Str(std::string_view s) {
     const auto n = static_cast<uint16_t>(s.size());
     Bytes(&n, 2);
     out_->append(s);

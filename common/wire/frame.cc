@@ -12,6 +12,15 @@ void PutLength(uint32_t n, char* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
 }
 
+// `frame`: kFrameHeaderBytes of room, then a flat body. Writes the length
+// with kFlatFrameBit; false for a body over kMaxFrameBytes.
+bool SealFlatFrame(std::string* frame) {
+  const size_t body = frame->size() - kFrameHeaderBytes;
+  if (body > kMaxFrameBytes) return false;
+  PutLength(static_cast<uint32_t>(body) | kFlatFrameBit, frame->data());
+  return true;
+}
+
 }  // namespace
 
 std::string EncodeFrame(const v1::SessionFrame& frame) {
@@ -25,20 +34,25 @@ std::string EncodeFrame(const v1::SessionFrame& frame) {
 }
 
 std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat) {
-  const bool answer =
-      flat == FlatFrames::kAnswers && frame.has_reply() && FitsFlatAnswer(frame.reply());
-  const bool call = flat == FlatFrames::kCalls && frame.has_call() && FitsFlatCall(frame.call());
-  if (!answer && !call) return EncodeFrame(frame);
   std::string out(kFrameHeaderBytes, '\0');
-  if (answer) {
-    AppendFlatAnswer(frame.reply(), &out);
-  } else {
-    AppendFlatCall(frame.call(), &out);
-  }
-  const size_t body = out.size() - kFrameHeaderBytes;
-  if (body > kMaxFrameBytes) return EncodeFrame(frame);
-  PutLength(static_cast<uint32_t>(body) | kFlatFrameBit, out.data());
+  const bool written =
+      (flat == FlatFrames::kAnswers && frame.has_reply() &&
+       AppendFlatAnswer(frame.reply(), &out)) ||
+      (flat == FlatFrames::kCalls && frame.has_call() && AppendFlatCall(frame.call(), &out));
+  if (!written || !SealFlatFrame(&out)) return EncodeFrame(frame);
   return out;
+}
+
+bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out) {
+  const size_t start = out->size();
+  out->append(kFrameHeaderBytes, '\0');  // the length, once the body is known
+  const size_t body = out->size();
+  if (!AppendFlatAnswer(facts, out) || out->size() - body > kMaxFrameBytes) {
+    out->resize(start);
+    return false;
+  }
+  PutLength(static_cast<uint32_t>(out->size() - body) | kFlatFrameBit, out->data() + start);
+  return true;
 }
 
 void FrameDecoder::Append(std::string_view bytes) {

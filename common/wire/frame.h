@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/wire/flat_answer.h"
 #include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker {
@@ -28,6 +29,12 @@ enum class FlatFrames : uint8_t { kNone, kAnswers, kCalls };
 /// The same, for a peer that reads `flat` frames: a frame of that kind that
 /// fits the layout goes flat, anything else as EncodeFrame writes it.
 std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat);
+
+/// Appends to `out` the flat frame of an Open's or a Claim's answer written
+/// straight from its facts (the daemon's own books, no message in between):
+/// the same bytes as EncodeFrameFor writes for the Reply that says the same.
+/// False, with nothing written, when they do not fit the layout.
+bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out);
 
 /// Reassembles frames from a byte stream that arrives in arbitrary pieces.
 /// A malformed stream (length over kMaxFrameBytes, a body that does not parse,

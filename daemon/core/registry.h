@@ -64,6 +64,9 @@ struct BufferView {
 };
 
 /// A lease granted by Allocate or Open, with what the client needs to map it.
+/// A field added to it (or to BufferView, ImportInfo) goes into ToProto and
+/// ToFlatAnswer alike (daemon/service/convert.h), and into the grant that
+/// tests/unit/flat_answer_test.cc fills to hold the two to the same bytes.
 struct BufferGrant {
   BufferView buffer;
   ImportInfo import;

@@ -82,7 +82,8 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
 std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v1::OpenRequest& req,
                                                    std::chrono::steady_clock::time_point deadline,
                                                    v1::OpenResponse* resp, OpenAnswer done,
-                                                   WaitId* parked, bool* absent) {
+                                                   WaitId* parked, bool* absent,
+                                                   BufferGrant* grant_out) {
   if (absent != nullptr) *absent = false;
   auto key = FromProto(req.ref());
   if (!key.ok()) {
@@ -118,6 +119,11 @@ std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v
       parked, absent != nullptr && !req.wait() ? absent : nullptr);
   if (!answer) return std::nullopt;
   if (absent != nullptr && *absent) return std::nullopt;  // the caller looks ahead, then asks again
+  if (grant_out != nullptr && answer->ok()) {
+    metrics_.Open(Metrics::OpenResult(absl::OkStatus()));
+    *grant_out = std::move(**answer);
+    return absl::OkStatus();
+  }
   return finish(std::move(*answer), resp);
 }
 
@@ -203,9 +209,13 @@ absl::Status BrokerCalls::Hold(const SessionView& s, const v1::HoldRequest& req,
 }
 
 absl::Status BrokerCalls::Claim(const SessionView& s, const v1::ClaimRequest& req,
-                                v1::OpenResponse* resp) {
+                                v1::OpenResponse* resp, BufferGrant* grant_out) {
   auto grant = registry_.Claim(s.id, req.secret());
   if (!grant.ok()) return Refuse("Claim", &s, grant.status());
+  if (grant_out != nullptr) {
+    *grant_out = std::move(*grant);
+    return absl::OkStatus();
+  }
   ToProto(grant->buffer, resp->mutable_buffer());
   ToProto(grant->import, resp->mutable_import());
   return absl::OkStatus();

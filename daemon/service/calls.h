@@ -45,11 +45,13 @@ class BrokerCalls {
   /// that does not wait): a refusal that a frame already on its way could
   /// end (the name not known yet, the buffer not sealed yet) is not counted
   /// nor logged but returned as nullopt with `*absent` set, for the caller
-  /// to look ahead and ask again.
+  /// to look ahead and ask again. `grant` (optional): an answer now that is
+  /// OK goes there instead of into `resp`, for a caller that writes it
+  /// without a message (a flat answer; ToFlatAnswer).
   std::optional<absl::Status> OpenAsync(const SessionView& s, const v1::OpenRequest& req,
                                         std::chrono::steady_clock::time_point deadline,
                                         v1::OpenResponse* resp, OpenAnswer done, WaitId* parked,
-                                        bool* absent = nullptr);
+                                        bool* absent = nullptr, BufferGrant* grant = nullptr);
   /// Ends a parked Open with `why` (CANCELLED, DEADLINE_EXCEEDED) if it is still parked.
   void CancelWait(WaitId id, absl::Status why) { registry_.CancelWait(id, std::move(why)); }
   absl::Status Seal(const SessionView& s, const v1::SealRequest& req, v1::SealResponse* resp);
@@ -65,7 +67,9 @@ class BrokerCalls {
   /// Tickets (docs/fast-path.md, "Tickets"): a lease kept for a claimer,
   /// and its claim, answered as an Open.
   absl::Status Hold(const SessionView& s, const v1::HoldRequest& req, v1::HoldResponse* resp);
-  absl::Status Claim(const SessionView& s, const v1::ClaimRequest& req, v1::OpenResponse* resp);
+  /// `grant` (optional): as OpenAsync's.
+  absl::Status Claim(const SessionView& s, const v1::ClaimRequest& req, v1::OpenResponse* resp,
+                     BufferGrant* grant = nullptr);
   void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);
   /// The client no longer maps these allocations.
   void Unmapped(const SessionView& s, const v1::Unmapped& unmapped);

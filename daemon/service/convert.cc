@@ -114,6 +114,49 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_device_uuid(info.device_uuid);
 }
 
+FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool claim) {
+  const BufferView& v = grant.buffer;
+  const ImportInfo& im = grant.import;
+  FlatAnswerFacts f;
+  f.claim = claim;
+  f.request_id = request_id;
+  f.has_buffer = true;
+  f.has_import = true;
+  f.id = v.id;
+  f.name = v.name;
+  f.size = v.size;
+  f.reserved_size = v.reserved_size;
+  f.device_uuid = v.device_uuid;
+  f.tenant = v.tenant;
+  f.state = ToProto(v.state);
+  if (v.tensor) {
+    f.has_tensor = true;
+    f.dtype = v.tensor->dtype;
+    f.shape = v.tensor->shape;
+    f.strides = v.tensor->strides;
+    f.byte_offset = v.tensor->byte_offset;
+  }
+  f.keep = v.keep;
+  f.expires_unix_ms = v.expires_unix_ms;
+  f.shared_with.assign(v.shared_with.begin(), v.shared_with.end());
+  f.leases = v.leases;
+  f.owner_session = v.owner_session;
+  f.created_unix_ms = v.created_unix_ms;
+  f.backing = v.backing;
+  f.client_made = v.client_made;
+  f.import_kind = ToProto(im.kind);
+  f.region_id = im.region_id;
+  f.offset = im.offset;
+  f.mapped_size = im.mapped_size;
+  f.export_data = im.export_data;
+  f.fence_region_id = im.fence_region_id;
+  f.allocation_id = im.allocation_id;
+  f.fence_offset = im.fence_offset;
+  f.fence_value = im.fence_value;
+  f.import_device_uuid = im.device_uuid;
+  return f;
+}
+
 void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* out) {
   out->set_request_id(request.request_id());
   out->set_kind(ToProto(grant.kind));

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "common/wire/flat_answer.h"
 #include "daemon/backend/backend.h"
 #include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
@@ -25,6 +26,11 @@ void ToErrorFrame(const absl::Status& status, uint64_t request_id, v1::ErrorFram
 
 void ToProto(const BufferView& view, v1::BufferInfo* out);
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out);
+/// An Open's (or, with `claim`, a Claim's) answer to `request_id` as the flat
+/// layout writes it, read straight from `grant`: what ToProto of its buffer
+/// and import says, field for field, without a message in between. Views
+/// into `grant`, which must outlive the result.
+FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool claim);
 /// What travels with a descriptor, answering `request`.
 void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* out);
 /// The node's state, and who asks, as the Status call answers it.

@@ -620,6 +620,12 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
+  // An Open's or a Claim's answer to a session that reads them flat is
+  // written straight from the registry's grant, with no message in between
+  // (ToFlatAnswer): it is on every hand-over's critical path.
+  BufferGrant grant;
+  BufferGrant* const flat_grant = c.flat == FlatFrames::kAnswers ? &grant : nullptr;
+  bool granted = false;  // the answer is in `grant`, not in `reply`
   // The client's counters ride on its calls. A seal's are booked after the
   // consumers parked on it are answered (their wait is a hand-over's
   // critical path), and before the producer's own answer goes, so that it
@@ -650,10 +656,11 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         // name) looks at the other sessions' frames first, and is asked again.
         bool absent = false;
         auto now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer,
-                                    &parked, answering_deferred_ ? nullptr : &absent);
+                                    &parked, answering_deferred_ ? nullptr : &absent, flat_grant);
         if (absent) {
           if (DeferOrCatchUp(c, call)) return Outcome::kKeep;  // answered later
-          now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer, &parked);
+          now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer, &parked,
+                                 nullptr, flat_grant);
           metrics_.OpenLookedAhead(now && now->ok());
         }
         if (!now) {
@@ -661,6 +668,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
           return Outcome::kKeep;
         }
         status = *now;
+        granted = flat_grant != nullptr && status.ok();
         break;
       }
       case v1::Call::kSeal:
@@ -685,7 +693,8 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         break;
       case v1::Call::kClaim:
         if (!answering_deferred_ && LookAheadForClaim(c, call)) return Outcome::kKeep;  // later
-        status = calls_.Claim(c.view, call.claim(), r->mutable_claim());
+        status = calls_.Claim(c.view, call.claim(), r->mutable_claim(), flat_grant);
+        granted = flat_grant != nullptr && status.ok();
         break;
       case v1::Call::REQUEST_NOT_SET:
         // A report: the client's counters alone (recorded above).
@@ -715,16 +724,28 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   // Blocks of this session's ranges that came back travel just before the
   // answer, in the same write: the daemon writes only when it answers.
   const std::vector<ReturnedBlock> returned = registry_.TakeReturnedBlocks(c.session);
-  if (returned.empty()) return SendFrame(c, reply);
-  v1::SessionFrame note;
-  for (const ReturnedBlock& b : returned) {
-    auto* out = note.mutable_blocks_returned()->add_blocks();
-    out->set_range_id(b.range);
-    out->set_offset(b.offset);
-    out->set_size(b.size);
+  if (returned.empty() && !granted) return SendFrame(c, reply);
+  std::string bytes;
+  if (!returned.empty()) {
+    v1::SessionFrame note;
+    for (const ReturnedBlock& b : returned) {
+      auto* out = note.mutable_blocks_returned()->add_blocks();
+      out->set_range_id(b.range);
+      out->set_offset(b.offset);
+      out->set_size(b.size);
+    }
+    bytes = EncodeFrame(note);
   }
-  c.out.push_back(Outgoing{EncodeFrame(note) + EncodeFrameFor(reply, c.flat), UniqueFd()});
-  return Flush(c);
+  if (!granted ||
+      !AppendFlatAnswerFrame(ToFlatAnswer(grant, call.request_id(), call.has_claim()), &bytes)) {
+    if (granted) {  // beyond the flat layout's bounds: the message after all
+      v1::OpenResponse* a = call.has_claim() ? r->mutable_claim() : r->mutable_open();
+      ToProto(grant.buffer, a->mutable_buffer());
+      ToProto(grant.import, a->mutable_import());
+    }
+    bytes += EncodeFrameFor(reply, c.flat);
+  }
+  return SendBytes(c, std::move(bytes));
 }
 
 void SessionServer::WaitAwake(uint64_t awake_us) {
@@ -791,7 +812,12 @@ void SessionServer::AnswerParked(int serving_fd) {
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,
                                                 UniqueFd fd) {
   if (c.peer_gone) return Outcome::kKeep;  // an answer nobody can read
-  c.out.push_back(Outgoing{EncodeFrameFor(frame, c.flat), std::move(fd)});
+  return SendBytes(c, EncodeFrameFor(frame, c.flat), std::move(fd));
+}
+
+SessionServer::Outcome SessionServer::SendBytes(Connection& c, std::string bytes, UniqueFd fd) {
+  if (c.peer_gone) return Outcome::kKeep;
+  c.out.push_back(Outgoing{std::move(bytes), std::move(fd)});
   return Flush(c);
 }
 

@@ -163,6 +163,8 @@ class SessionServer {
   /// Queues a frame (and the descriptor that goes with it) and writes what
   /// the peer takes now.
   Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, UniqueFd fd = UniqueFd());
+  /// The same for frames already encoded.
+  Outcome SendBytes(Connection& c, std::string bytes, UniqueFd fd = UniqueFd());
   Outcome Flush(Connection& c);
   /// Hands a completion to the loop thread (any thread) and wakes it.
   void Post(Completion completion);

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/wire/frame.h"
+#include "daemon/core/registry.h"
+#include "daemon/service/convert.h"
 #include "gtest/gtest.h"
 #include "tests/unit/flat_layout_test_util.h"
 
@@ -127,6 +129,79 @@ TEST(FlatFrames, TravelOnlyToADecoderThatAskedAndOnlyForAnswers) {
   FrameDecoder plain;
   plain.Append(EncodeFrameFor(open, FlatFrames::kAnswers));
   EXPECT_EQ(plain.Next().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gpubroker
+
+namespace gpubroker {
+namespace {
+
+// The daemon writes its flat answers from its grant (ToFlatAnswer), not
+// from the message: the bytes must be those the message would give, for
+// every field of the grant.
+BufferGrant EveryFieldGrant(bool tensor) {
+  BufferGrant g;
+  BufferView& v = g.buffer;
+  v.id = 11;
+  v.name = "grant.every";
+  v.size = 12;
+  v.reserved_size = 13;
+  v.device_uuid = "GPU-14";
+  v.device = 15;
+  v.tenant = "tenant16";
+  v.state = BufferState::kSealed;
+  if (tensor) v.tensor = TensorDesc{17, {18, 19}, {20, 21}, 22};
+  v.keep = true;
+  v.expires_unix_ms = -23;
+  v.shared_with = {"t24", "t25"};
+  v.leases = 26;
+  v.owner_session = 27;
+  v.created_unix_ms = 28;
+  v.backing = "cuda-arena";
+  v.client_made = true;
+  ImportInfo& im = g.import;
+  im.kind = ImportKind::kCudaVmm;
+  im.region_id = 29;
+  im.offset = 30;
+  im.mapped_size = 31;
+  im.export_data = std::string("export\0data", 11);
+  im.device_uuid = "GPU-32";
+  im.fence_region_id = 33;
+  im.fence_offset = 34;
+  im.fence_value = 35;
+  im.allocation_id = 36;
+  return g;
+}
+
+TEST(FlatAnswer, TheDaemonWritesFromItsGrantWhatTheMessageWouldSay) {
+  for (bool tensor : {true, false}) {
+    for (bool claim : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "tensor " << tensor << ", claim " << claim);
+      const BufferGrant g = EveryFieldGrant(tensor);
+      v1::Reply reply;
+      reply.set_request_id(37);
+      v1::OpenResponse* a = claim ? reply.mutable_claim() : reply.mutable_open();
+      ToProto(g.buffer, a->mutable_buffer());
+      ToProto(g.import, a->mutable_import());
+      std::string from_message, from_grant;
+      ASSERT_TRUE(AppendFlatAnswer(reply, &from_message));
+      ASSERT_TRUE(AppendFlatAnswer(ToFlatAnswer(g, 37, claim), &from_grant));
+      EXPECT_EQ(from_grant, from_message);
+      // And as whole frames, which the client reads back into that message.
+      v1::SessionFrame frame;
+      *frame.mutable_reply() = reply;
+      std::string whole = "prefix";
+      ASSERT_TRUE(AppendFlatAnswerFrame(ToFlatAnswer(g, 37, claim), &whole));
+      EXPECT_EQ(whole, "prefix" + EncodeFrameFor(frame, FlatFrames::kAnswers));
+    }
+  }
+  // A grant the layout cannot carry writes nothing.
+  BufferGrant wide = EveryFieldGrant(true);
+  wide.buffer.tensor->shape.assign(256, 1);
+  std::string out = "kept";
+  EXPECT_FALSE(AppendFlatAnswerFrame(ToFlatAnswer(wide, 1, false), &out));
+  EXPECT_EQ(out, "kept");
 }
 
 }  // namespace
