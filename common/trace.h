@@ -13,7 +13,7 @@ namespace gpubroker {
 enum class TraceMark : int {
   kDaemonFrameDecoded = 100,  ///< session.sock's thread has a whole frame
   kDaemonCallServed = 101,    ///< ... and served its call (the registry's work)
-  kDaemonParkedAnswer = 102,  ///< ... and is about to send a parked Open's answer
+  kDaemonParkedAnswer = 102,  ///< ... and is about to write and send a parked Open's answer
   kClientAnswerTaken = 110,   ///< a client has its call's answer, parsed
   kClientMapped = 111,        ///< ... and the buffer mapped
 };

@@ -82,8 +82,30 @@ absl::Status BrokerCalls::Open(const SessionView& s, const v1::OpenRequest& req,
 std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v1::OpenRequest& req,
                                                    std::chrono::steady_clock::time_point deadline,
                                                    v1::OpenResponse* resp, OpenAnswer done,
-                                                   WaitId* parked, bool* absent,
-                                                   BufferGrant* grant_out) {
+                                                   WaitId* parked, bool* absent) {
+  BufferGrant grant;
+  auto now = OpenAsyncGrant(
+      s, req, deadline, &grant,
+      [done = std::move(done)](absl::StatusOr<BufferGrant> g) {
+        v1::OpenResponse out;
+        if (g.ok()) {
+          ToProto(g->buffer, out.mutable_buffer());
+          ToProto(g->import, out.mutable_import());
+        }
+        done(g.status(), std::move(out));
+      },
+      parked, absent);
+  if (now && now->ok()) {
+    ToProto(grant.buffer, resp->mutable_buffer());
+    ToProto(grant.import, resp->mutable_import());
+  }
+  return now;
+}
+
+std::optional<absl::Status> BrokerCalls::OpenAsyncGrant(
+    const SessionView& s, const v1::OpenRequest& req,
+    std::chrono::steady_clock::time_point deadline, BufferGrant* grant, GrantAnswer done,
+    WaitId* parked, bool* absent) {
   if (absent != nullptr) *absent = false;
   auto key = FromProto(req.ref());
   if (!key.ok()) {
@@ -100,31 +122,25 @@ std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v
         std::min<uint64_t>(req.timeout_ms(), uint64_t{100} * 365 * 24 * 3600 * 1000));
     params.deadline = std::min(params.deadline, std::chrono::steady_clock::now() + timeout);
   }
-  // Counts and logs the outcome, then fills in the response: on this thread
-  // for an answer now, on the one that ends the wait for a parked call.
-  auto finish = [this, s](absl::StatusOr<BufferGrant> grant, v1::OpenResponse* out) {
-    metrics_.Open(Metrics::OpenResult(grant.status()));
-    if (!grant.ok()) return Refuse("Open", &s, grant.status());
-    ToProto(grant->buffer, out->mutable_buffer());
-    ToProto(grant->import, out->mutable_import());
-    return absl::OkStatus();
+  // Counts and logs the outcome: on this thread for an answer now, on the
+  // one that ends the wait for a parked call.
+  auto finish = [this, s](absl::StatusOr<BufferGrant> g) -> absl::StatusOr<BufferGrant> {
+    metrics_.Open(Metrics::OpenResult(g.status()));
+    if (!g.ok()) return Refuse("Open", &s, g.status());
+    return g;
   };
   auto answer = registry_.OpenOrPark(
       s.id, *key, params,
-      [finish, done = std::move(done)](absl::StatusOr<BufferGrant> grant) {
-        v1::OpenResponse out;
-        absl::Status status = finish(std::move(grant), &out);
-        done(std::move(status), std::move(out));
+      [finish, done = std::move(done)](absl::StatusOr<BufferGrant> g) {
+        done(finish(std::move(g)));
       },
       parked, absent != nullptr && !req.wait() ? absent : nullptr);
   if (!answer) return std::nullopt;
   if (absent != nullptr && *absent) return std::nullopt;  // the caller looks ahead, then asks again
-  if (grant_out != nullptr && answer->ok()) {
-    metrics_.Open(Metrics::OpenResult(absl::OkStatus()));
-    *grant_out = std::move(**answer);
-    return absl::OkStatus();
-  }
-  return finish(std::move(*answer), resp);
+  absl::StatusOr<BufferGrant> g = finish(std::move(*answer));
+  if (!g.ok()) return g.status();
+  *grant = std::move(*g);
+  return absl::OkStatus();
 }
 
 absl::Status BrokerCalls::Seal(const SessionView& s, const v1::SealRequest& req,

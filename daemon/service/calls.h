@@ -45,13 +45,20 @@ class BrokerCalls {
   /// that does not wait): a refusal that a frame already on its way could
   /// end (the name not known yet, the buffer not sealed yet) is not counted
   /// nor logged but returned as nullopt with `*absent` set, for the caller
-  /// to look ahead and ask again. `grant` (optional): an answer now that is
-  /// OK goes there instead of into `resp`, for a caller that writes it
-  /// without a message (a flat answer; ToFlatAnswer).
+  /// to look ahead and ask again.
   std::optional<absl::Status> OpenAsync(const SessionView& s, const v1::OpenRequest& req,
                                         std::chrono::steady_clock::time_point deadline,
                                         v1::OpenResponse* resp, OpenAnswer done, WaitId* parked,
-                                        bool* absent = nullptr, BufferGrant* grant = nullptr);
+                                        bool* absent = nullptr);
+  /// OpenAsync with the answers as the registry's grants, for a caller that
+  /// writes them without a message (session.sock's flat answers,
+  /// ToFlatAnswer): an answer now that is OK goes to `*grant`; a parked
+  /// one to `done`, the grant or the refusal.
+  using GrantAnswer = std::function<void(absl::StatusOr<BufferGrant> grant)>;
+  std::optional<absl::Status> OpenAsyncGrant(const SessionView& s, const v1::OpenRequest& req,
+                                             std::chrono::steady_clock::time_point deadline,
+                                             BufferGrant* grant, GrantAnswer done, WaitId* parked,
+                                             bool* absent = nullptr);
   /// Ends a parked Open with `why` (CANCELLED, DEADLINE_EXCEEDED) if it is still parked.
   void CancelWait(WaitId id, absl::Status why) { registry_.CancelWait(id, std::move(why)); }
   absl::Status Seal(const SessionView& s, const v1::SealRequest& req, v1::SealResponse* resp);
@@ -67,7 +74,8 @@ class BrokerCalls {
   /// Tickets (docs/fast-path.md, "Tickets"): a lease kept for a claimer,
   /// and its claim, answered as an Open.
   absl::Status Hold(const SessionView& s, const v1::HoldRequest& req, v1::HoldResponse* resp);
-  /// `grant` (optional): as OpenAsync's.
+  /// `grant` (optional): an OK answer goes there instead of into `resp`
+  /// (as OpenAsyncGrant's).
   absl::Status Claim(const SessionView& s, const v1::ClaimRequest& req, v1::OpenResponse* resp,
                      BufferGrant* grant = nullptr);
   void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);

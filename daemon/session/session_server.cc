@@ -620,11 +620,10 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
-  // An Open's or a Claim's answer to a session that reads them flat is
-  // written straight from the registry's grant, with no message in between
-  // (ToFlatAnswer): it is on every hand-over's critical path.
+  // An Open's or a Claim's answer is the registry's grant, sent by
+  // SendGrant: to a session that reads flat answers it is written with no
+  // message in between (ToFlatAnswer), on every hand-over's critical path.
   BufferGrant grant;
-  BufferGrant* const flat_grant = c.flat == FlatFrames::kAnswers ? &grant : nullptr;
   bool granted = false;  // the answer is in `grant`, not in `reply`
   // The client's counters ride on its calls. A seal's are booked after the
   // consumers parked on it are answered (their wait is a hand-over's
@@ -647,20 +646,19 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         const auto deadline = std::chrono::steady_clock::time_point::max();
         const bool awake =
             call.open().wait() && call.open().awake_us() > 0 && options_.max_wait_awake.count() > 0;
-        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = call.request_id(), awake](
-                          absl::Status result, v1::OpenResponse resp) {
-          Post(Completion{fd, serial, id, std::move(result), std::move(resp), awake});
+        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = call.request_id(),
+                       awake](absl::StatusOr<BufferGrant> result) {
+          Post(Completion{fd, serial, id, std::move(result), awake});
         };
         // An Open that does not wait is tried at once. Only one refused for a
         // reason that a frame already sent could end (a posted seal of its
         // name) looks at the other sessions' frames first, and is asked again.
         bool absent = false;
-        auto now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer,
-                                    &parked, answering_deferred_ ? nullptr : &absent, flat_grant);
+        auto now = calls_.OpenAsyncGrant(c.view, call.open(), deadline, &grant, answer, &parked,
+                                         answering_deferred_ ? nullptr : &absent);
         if (absent) {
           if (DeferOrCatchUp(c, call)) return Outcome::kKeep;  // answered later
-          now = calls_.OpenAsync(c.view, call.open(), deadline, r->mutable_open(), answer, &parked,
-                                 nullptr, flat_grant);
+          now = calls_.OpenAsyncGrant(c.view, call.open(), deadline, &grant, answer, &parked);
           metrics_.OpenLookedAhead(now && now->ok());
         }
         if (!now) {
@@ -668,7 +666,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
           return Outcome::kKeep;
         }
         status = *now;
-        granted = flat_grant != nullptr && status.ok();
+        granted = status.ok();
         break;
       }
       case v1::Call::kSeal:
@@ -693,8 +691,8 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         break;
       case v1::Call::kClaim:
         if (!answering_deferred_ && LookAheadForClaim(c, call)) return Outcome::kKeep;  // later
-        status = calls_.Claim(c.view, call.claim(), r->mutable_claim(), flat_grant);
-        granted = flat_grant != nullptr && status.ok();
+        status = calls_.Claim(c.view, call.claim(), r->mutable_claim(), &grant);
+        granted = status.ok();
         break;
       case v1::Call::REQUEST_NOT_SET:
         // A report: the client's counters alone (recorded above).
@@ -736,16 +734,29 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     }
     bytes = EncodeFrame(note);
   }
-  if (!granted ||
-      !AppendFlatAnswerFrame(ToFlatAnswer(grant, call.request_id(), call.has_claim()), &bytes)) {
-    if (granted) {  // beyond the flat layout's bounds: the message after all
-      v1::OpenResponse* a = call.has_claim() ? r->mutable_claim() : r->mutable_open();
-      ToProto(grant.buffer, a->mutable_buffer());
-      ToProto(grant.import, a->mutable_import());
-    }
-    bytes += EncodeFrameFor(reply, c.flat);
+  if (granted) return SendGrant(c, call.request_id(), call.has_claim(), grant, std::move(bytes));
+  return SendBytes(c, bytes + EncodeFrameFor(reply, c.flat));
+}
+
+SessionServer::Outcome SessionServer::SendGrant(Connection& c, uint64_t request_id, bool claim,
+                                                const BufferGrant& grant, std::string before) {
+  if (c.flat == FlatFrames::kAnswers &&
+      AppendFlatAnswerFrame(ToFlatAnswer(grant, request_id, claim), &before)) {
+    return SendBytes(c, std::move(before));
   }
-  return SendBytes(c, std::move(bytes));
+  // A protobuf session, or a grant beyond the flat layout's bounds.
+  alignas(8) char block[4096];
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.initial_block = block;
+  arena_options.initial_block_size = sizeof(block);
+  google::protobuf::Arena arena(arena_options);
+  v1::SessionFrame& frame = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(&arena);
+  frame.mutable_reply()->set_request_id(request_id);
+  v1::OpenResponse* a =
+      claim ? frame.mutable_reply()->mutable_claim() : frame.mutable_reply()->mutable_open();
+  ToProto(grant.buffer, a->mutable_buffer());
+  ToProto(grant.import, a->mutable_import());
+  return SendBytes(c, before + EncodeFrameFor(frame, c.flat));
 }
 
 void SessionServer::WaitAwake(uint64_t awake_us) {
@@ -792,15 +803,16 @@ void SessionServer::AnswerParked(int serving_fd) {
     // descriptor now belongs to a newer one.
     if (it == connections_.end() || it->second->serial != done.serial) continue;
     Connection& c = *it->second;
-    v1::SessionFrame frame;
-    if (done.status.ok()) {
-      frame.mutable_reply()->set_request_id(done.request_id);
-      *frame.mutable_reply()->mutable_open() = std::move(done.response);
-    } else {
-      ToErrorFrame(done.status, done.request_id, frame.mutable_error());
-    }
     Trace(TraceMark::kDaemonParkedAnswer);
-    if (SendFrame(c, frame) == Outcome::kDrop) {
+    Outcome sent;
+    if (done.answer.ok()) {
+      sent = SendGrant(c, done.request_id, false, *done.answer);
+    } else {
+      v1::SessionFrame frame;
+      ToErrorFrame(done.answer.status(), done.request_id, frame.mutable_error());
+      sent = SendFrame(c, frame);
+    }
+    if (sent == Outcome::kDrop) {
       EndSession(c, false);
       Remove(done.fd);
       continue;

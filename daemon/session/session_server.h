@@ -112,9 +112,8 @@ class SessionServer {
     int fd = -1;
     uint64_t serial = 0;
     uint64_t request_id = 0;
-    absl::Status status;
-    v1::OpenResponse response;
-    bool awake = false;  // counted in awake_waits_ while parked
+    absl::StatusOr<BufferGrant> answer;  // the grant, or the refusal
+    bool awake = false;                  // counted in awake_waits_ while parked
   };
 
   void Loop();
@@ -165,6 +164,11 @@ class SessionServer {
   Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, UniqueFd fd = UniqueFd());
   /// The same for frames already encoded.
   Outcome SendBytes(Connection& c, std::string bytes, UniqueFd fd = UniqueFd());
+  /// Sends the answer to the Open or Claim `request_id`: flat from the grant
+  /// to a session that reads flat answers (ToFlatAnswer), else as a Reply;
+  /// after `before` (frames already encoded, sent in the same write).
+  Outcome SendGrant(Connection& c, uint64_t request_id, bool claim, const BufferGrant& grant,
+                    std::string before = {});
   Outcome Flush(Connection& c);
   /// Hands a completion to the loop thread (any thread) and wakes it.
   void Post(Completion completion);
