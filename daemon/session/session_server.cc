@@ -26,6 +26,25 @@
 namespace gpubroker {
 namespace {
 
+// An arena whose first block is on the stack of whoever makes it: the
+// messages and strings of an answer encoded before it goes cost no heap
+// allocation of their own, nor a destructor each.
+class StackArena {
+ public:
+  StackArena() : arena_(Options(block_, sizeof(block_))) {}
+  google::protobuf::Arena* get() { return &arena_; }
+
+ private:
+  static google::protobuf::ArenaOptions Options(char* block, size_t size) {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = block;
+    o.initial_block_size = size;
+    return o;
+  }
+  alignas(8) char block_[4096];
+  google::protobuf::Arena arena_;
+};
+
 // The other end of a stream socket has closed (or its process died): a
 // non-blocking poll reports a hang-up (or the reset of unread data).
 bool PeerGone(int fd) {
@@ -608,15 +627,9 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
 }
 
 SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call) {
-  // The answer lives on an arena whose first block is on this stack: it is
-  // encoded before this returns, and its messages and strings cost no heap
-  // allocation of their own, nor a destructor each.
-  alignas(8) char block[4096];
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.initial_block = block;
-  arena_options.initial_block_size = sizeof(block);
-  google::protobuf::Arena arena(arena_options);
-  v1::SessionFrame& reply = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(&arena);
+  // The answer is encoded before this returns: built on the stack.
+  StackArena arena;
+  v1::SessionFrame& reply = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(arena.get());
   v1::Reply* r = reply.mutable_reply();
   r->set_request_id(call.request_id());
   absl::Status status;
@@ -745,12 +758,8 @@ SessionServer::Outcome SessionServer::SendGrant(Connection& c, uint64_t request_
     return SendBytes(c, std::move(before));
   }
   // A protobuf session, or a grant beyond the flat layout's bounds.
-  alignas(8) char block[4096];
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.initial_block = block;
-  arena_options.initial_block_size = sizeof(block);
-  google::protobuf::Arena arena(arena_options);
-  v1::SessionFrame& frame = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(&arena);
+  StackArena arena;
+  v1::SessionFrame& frame = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(arena.get());
   frame.mutable_reply()->set_request_id(request_id);
   v1::OpenResponse* a =
       claim ? frame.mutable_reply()->mutable_claim() : frame.mutable_reply()->mutable_open();
