@@ -12,12 +12,12 @@ void PutLength(uint32_t n, char* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
 }
 
-// `frame`: kFrameHeaderBytes of room, then a flat body. Writes the length
-// with kFlatFrameBit; false for a body over kMaxFrameBytes.
-bool SealFlatFrame(std::string* frame) {
-  const size_t body = frame->size() - kFrameHeaderBytes;
+// `out` from `start`: kFrameHeaderBytes of room, then a flat body. Writes
+// the length with kFlatFrameBit; false for a body over kMaxFrameBytes.
+bool SealFlatFrame(std::string* out, size_t start) {
+  const size_t body = out->size() - start - kFrameHeaderBytes;
   if (body > kMaxFrameBytes) return false;
-  PutLength(static_cast<uint32_t>(body) | kFlatFrameBit, frame->data());
+  PutLength(static_cast<uint32_t>(body) | kFlatFrameBit, out->data() + start);
   return true;
 }
 
@@ -39,19 +39,17 @@ std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat) {
       (flat == FlatFrames::kAnswers && frame.has_reply() &&
        AppendFlatAnswer(frame.reply(), &out)) ||
       (flat == FlatFrames::kCalls && frame.has_call() && AppendFlatCall(frame.call(), &out));
-  if (!written || !SealFlatFrame(&out)) return EncodeFrame(frame);
+  if (!written || !SealFlatFrame(&out, 0)) return EncodeFrame(frame);
   return out;
 }
 
 bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out) {
   const size_t start = out->size();
   out->append(kFrameHeaderBytes, '\0');  // the length, once the body is known
-  const size_t body = out->size();
-  if (!AppendFlatAnswer(facts, out) || out->size() - body > kMaxFrameBytes) {
+  if (!AppendFlatAnswer(facts, out) || !SealFlatFrame(out, start)) {
     out->resize(start);
     return false;
   }
-  PutLength(static_cast<uint32_t>(out->size() - body) | kFlatFrameBit, out->data() + start);
   return true;
 }
 

@@ -63,8 +63,7 @@ absl::Status BrokerCalls::DoAllocate(const SessionView& s, const AllocateParams&
   if (IsAskThroughGrpc(grant.status())) return grant.status();
   metrics_.Allocation(Metrics::AllocationResult(grant.status()), seconds);
   if (!grant.ok()) return Refuse("Allocate", &s, grant.status());
-  ToProto(grant->buffer, resp->mutable_buffer());
-  ToProto(grant->import, resp->mutable_import());
+  ToProto(*grant, resp);
   return absl::OkStatus();
 }
 
@@ -89,15 +88,13 @@ std::optional<absl::Status> BrokerCalls::OpenAsync(const SessionView& s, const v
       [done = std::move(done)](absl::StatusOr<BufferGrant> g) {
         v1::OpenResponse out;
         if (g.ok()) {
-          ToProto(g->buffer, out.mutable_buffer());
-          ToProto(g->import, out.mutable_import());
+          ToProto(*g, &out);
         }
         done(g.status(), std::move(out));
       },
       parked, absent);
   if (now && now->ok()) {
-    ToProto(grant.buffer, resp->mutable_buffer());
-    ToProto(grant.import, resp->mutable_import());
+    ToProto(grant, resp);
   }
   return now;
 }
@@ -232,8 +229,7 @@ absl::Status BrokerCalls::Claim(const SessionView& s, const v1::ClaimRequest& re
     *grant_out = std::move(*grant);
     return absl::OkStatus();
   }
-  ToProto(grant->buffer, resp->mutable_buffer());
-  ToProto(grant->import, resp->mutable_import());
+  ToProto(*grant, resp);
   return absl::OkStatus();
 }
 

@@ -26,6 +26,12 @@ void ToErrorFrame(const absl::Status& status, uint64_t request_id, v1::ErrorFram
 
 void ToProto(const BufferView& view, v1::BufferInfo* out);
 void ToProto(const ImportInfo& info, v1::ImportDescriptor* out);
+/// A grant as the answers that carry one (Allocate, Open, Claim) say it.
+template <typename Response>
+void ToProto(const BufferGrant& grant, Response* out) {
+  ToProto(grant.buffer, out->mutable_buffer());
+  ToProto(grant.import, out->mutable_import());
+}
 /// An Open's (or, with `claim`, a Claim's) answer to `request_id` as the flat
 /// layout writes it, read straight from `grant`: what ToProto of its buffer
 /// and import says, field for field, without a message in between. Views

@@ -763,8 +763,7 @@ SessionServer::Outcome SessionServer::SendGrant(Connection& c, uint64_t request_
   frame.mutable_reply()->set_request_id(request_id);
   v1::OpenResponse* a =
       claim ? frame.mutable_reply()->mutable_claim() : frame.mutable_reply()->mutable_open();
-  ToProto(grant.buffer, a->mutable_buffer());
-  ToProto(grant.import, a->mutable_import());
+  ToProto(grant, a);
   return SendBytes(c, before + EncodeFrameFor(frame, c.flat));
 }
 
