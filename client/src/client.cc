@@ -127,15 +127,15 @@ void Buffer::Settle() const {
   if (!impl_) return;
   if (posted_ != 0) {
     const uint64_t request = std::exchange(posted_, 0);
-    v1::Reply reply = impl_->CollectCall(request);
     if (claim_) {
       // A posted claim's or open's lease is this handle's from here on: a
       // failed map still releases it.
-      const v1::OpenResponse& granted = reply.has_claim() ? reply.claim() : reply.open();
-      info_ = detail::FromProto(granted.buffer());
-      mapping_ = impl_->Map(granted.import(), info_.id);
+      detail::Grant granted;
+      impl_->CollectCall(request, &granted);
+      info_ = std::move(granted.info);
+      mapping_ = impl_->Map(granted.import, info_.id);
       claim_ = false;  // left set when refused: the handle never gets memory
-    } else if (reply.has_publish()) {
+    } else if (v1::Reply reply = impl_->CollectCall(request); reply.has_publish()) {
       AdoptPublished(info_, detail::FromProto(reply.publish().buffer()));
     } else {
       info_ = detail::FromProto(reply.seal().buffer());
@@ -342,7 +342,11 @@ void Buffer::wait_sealed(std::chrono::milliseconds timeout, std::chrono::microse
   options.map = false;
   options.awake = awake;
   CheckAwake(options);
-  info_ = detail::FromProto(impl_->AskOpen(info_.id, {}, options).buffer());
+  {
+    detail::Grant sealed;
+    impl_->AskOpen(info_.id, {}, options, &sealed);
+    info_ = std::move(sealed.info);
+  }
   // That Open's own lease goes without a wait: its answer is taken when this
   // handle goes (nothing can be refused: the lease is there).
   v1::Call release;
@@ -447,11 +451,9 @@ void Buffer::ResetNow(bool report_errors) {
 
 namespace detail {
 
-v1::OpenResponse ClientImpl::AskOpen(BufferId id, std::string_view name,
-                                     const OpenOptions& options) {
-  v1::OpenResponse resp;
+void ClientImpl::AskOpen(BufferId id, std::string_view name, const OpenOptions& options,
+                         Grant* grant) {
   v1::Call call;
-  v1::Reply reply;
   *call.mutable_open() = ToOpenRequest(id, name, options);
   // A waiting Open is parked in the daemon and answered on the session's
   // connection when the buffer is sealed; the connection serves this
@@ -459,18 +461,18 @@ v1::OpenResponse ClientImpl::AskOpen(BufferId id, std::string_view name,
   // them gets them through gRPC.
   const auto wait = options.wait ? options.timeout : std::chrono::milliseconds(0);
   // awake comes with wait only (CheckAwake, at every way in).
-  if ((!options.wait || waits_on_session()) && Call(std::move(call), &reply, wait, options.awake)) {
-    resp = std::move(*reply.mutable_open());
-    if (DebugOn()) Debug(StrCat("open buffer ", resp.buffer().id(), CallTiming()));
-    return resp;
+  if ((!options.wait || waits_on_session()) && Call(std::move(call), grant, wait, options.awake)) {
+    if (DebugOn()) Debug(StrCat("open buffer ", grant->info.id, CallTiming()));
+    return;
   }
   const v1::OpenRequest req = ToOpenRequest(id, name, options);
+  v1::OpenResponse resp;
   grpc::ClientContext ctx;
   Prepare(ctx, wait);
   grpc::Status s = stub().Open(&ctx, req, &resp);
   if (!s.ok()) Throw(s);
   Count(Path::kOpenGrpc);
-  return resp;
+  grant->Take(std::move(resp));
 }
 
 void ClientImpl::Release(BufferRelease release, bool report_errors) {
@@ -675,11 +677,12 @@ Buffer Client::allocate(uint64_t size, const AllocateOptions& options) {
 Buffer Client::Open(BufferId id, std::string_view name, const OpenOptions& options) {
   CheckAwake(options);
   impl_->FinishReleases(false);
-  const v1::OpenResponse resp = impl_->AskOpen(id, name, options);
+  detail::Grant granted;
+  impl_->AskOpen(id, name, options, &granted);
   Trace(TraceMark::kClientAnswerTaken);
-  Buffer buffer(impl_, detail::FromProto(resp.buffer()), nullptr, false);
+  Buffer buffer(impl_, std::move(granted.info), nullptr, false);
   if (!options.map) return buffer;
-  buffer.mapping_ = impl_->Map(resp.import(), buffer.id());
+  buffer.mapping_ = impl_->Map(granted.import, buffer.id());
   Trace(TraceMark::kClientMapped);
   if (options.stream != nullptr) buffer.mapping_->WaitReady(options.stream);
   return buffer;
@@ -706,14 +709,14 @@ Buffer Client::Claim(std::string_view ticket, bool posted) {
       return buffer;
     }
   }
-  v1::Reply reply;
-  impl_->Call(std::move(call), &reply);
+  detail::Grant granted;
+  impl_->Call(std::move(call), &granted);
   if (detail::ClientImpl::DebugOn()) {
     detail::ClientImpl::Debug(
-        StrCat("claim buffer ", reply.claim().buffer().id(), detail::ClientImpl::CallTiming()));
+        StrCat("claim buffer ", granted.info.id, detail::ClientImpl::CallTiming()));
   }
-  Buffer buffer(impl_, detail::FromProto(reply.claim().buffer()), nullptr, false);
-  buffer.mapping_ = impl_->Map(reply.claim().import(), buffer.id());
+  Buffer buffer(impl_, std::move(granted.info), nullptr, false);
+  buffer.mapping_ = impl_->Map(granted.import, buffer.id());
   return buffer;
 }
 

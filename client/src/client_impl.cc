@@ -207,8 +207,8 @@ ImportedRegion::~ImportedRegion() {
 #endif
 }
 
-std::shared_ptr<ImportedRegion> ClientImpl::Region(uint64_t region_id,
-                                                   const std::string& device_uuid, bool* fetched) {
+std::shared_ptr<ImportedRegion> ClientImpl::Region(uint64_t region_id, std::string_view device_uuid,
+                                                   bool* fetched) {
   std::lock_guard lock(regions_mu_);
   if (fetched != nullptr) *fetched = false;
   if (auto it = regions_.find(region_id); it != regions_.end()) return it->second;
@@ -223,11 +223,11 @@ std::shared_ptr<ImportedRegion> ClientImpl::Region(uint64_t region_id,
   switch (grant.kind()) {
 #ifdef GPUBROKER_HAVE_CUDA
     case v1::FD_KIND_CUDA_POOL:
-      region->cuda_pool = ImportCudaPool(std::move(fd), device_uuid);
+      region->cuda_pool = ImportCudaPool(std::move(fd), region->device_uuid);
       break;
     case v1::FD_KIND_CUDA_FENCES:
     case v1::FD_KIND_CUDA_SLAB:
-      region->cuda_mapped = MapCudaShared(std::move(fd), device_uuid, grant.size());
+      region->cuda_mapped = MapCudaShared(std::move(fd), region->device_uuid, grant.size());
       break;
 #endif
     default:
@@ -237,12 +237,12 @@ std::shared_ptr<ImportedRegion> ClientImpl::Region(uint64_t region_id,
   return region;
 }
 
-uint64_t ClientImpl::FencePage(const v1::ImportDescriptor& import) {
-  if (import.fence_region_id() == 0) return 0;  // the word is inside the buffer
-  return Region(import.fence_region_id(), import.device_uuid())->cuda_mapped;
+uint64_t ClientImpl::FencePage(const ImportFacts& import) {
+  if (import.fence_region_id == 0) return 0;  // the word is inside the buffer
+  return Region(import.fence_region_id, import.device_uuid)->cuda_mapped;
 }
 
-std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, BufferId id) {
+std::unique_ptr<Mapping> ClientImpl::Map(const ImportFacts& import, BufferId id) {
   // No slow path is silent: each map says whether the memory was mapped
   // here already (an arena, a slab: a pointer), was kept mapped from a
   // buffer before (the mapping cache), or had to be imported.
@@ -255,58 +255,57 @@ std::unique_ptr<Mapping> ClientImpl::Map(const v1::ImportDescriptor& import, Buf
         path == Path::kMapped ? "mapped already"
         : path == Path::kCached
             ? "mapping-cache hit"
-            : (import.allocation_id() != 0 ? "imported (mapping-cache miss)" : "imported");
-    Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size()), "): ", how, " in ",
+            : (import.allocation_id != 0 ? "imported (mapping-cache miss)" : "imported");
+    Debug(StrCat("map buffer ", id, " (", FormatBytes(import.mapped_size), "): ", how, " in ",
                  FormatMicros(std::chrono::steady_clock::now() - start)));
   }
   return m;
 }
 
-std::unique_ptr<CachedMapping> ClientImpl::TakeCached(const v1::ImportDescriptor& import) {
-  if (import.allocation_id() == 0 || !cache_.enabled()) return nullptr;
-  std::unique_ptr<CachedMapping> m = cache_.Take(import.allocation_id());
+std::unique_ptr<CachedMapping> ClientImpl::TakeCached(const ImportFacts& import) {
+  if (import.allocation_id == 0 || !cache_.enabled()) return nullptr;
+  std::unique_ptr<CachedMapping> m = cache_.Take(import.allocation_id);
   // One allocation has one size; anything else is not the memory we kept.
-  if (m && m->size() != import.mapped_size()) {
+  if (m && m->size() != import.mapped_size) {
     m.reset();
-    SendUnmapped({import.allocation_id()});
+    SendUnmapped({import.allocation_id});
   }
   return m;
 }
 
-std::unique_ptr<Mapping> ClientImpl::MapMemory(const v1::ImportDescriptor& import, BufferId id,
-                                               Path* path) {
-  switch (import.kind()) {
+std::unique_ptr<Mapping> ClientImpl::MapMemory(const ImportFacts& import, BufferId id, Path* path) {
+  switch (import.kind) {
     case v1::IMPORT_KIND_HOST_ARENA: {
       bool fetched = false;
-      auto pool = Region(import.region_id(), import.device_uuid(), &fetched);
+      auto pool = Region(import.region_id, import.device_uuid, &fetched);
       *path = fetched ? Path::kImported : Path::kMapped;
-      if (import.offset() + import.mapped_size() > pool->size) {
+      if (import.offset + import.mapped_size > pool->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its arena");
       }
-      return MapHost(pool->fd.get(), import.offset(), import.mapped_size());
+      return MapHost(pool->fd.get(), import.offset, import.mapped_size);
     }
     case v1::IMPORT_KIND_HOST_FD: {
       if (auto cached = TakeCached(import)) {
         *path = Path::kCached;
-        return std::make_unique<HostFdView>(std::move(cached), import.allocation_id());
+        return std::make_unique<HostFdView>(std::move(cached), import.allocation_id);
       }
       v1::FdRequest req;
       req.set_buffer_id(id);
       v1::FdGrant grant;
       UniqueFd fd = session_channel_->RequestFd(std::move(req), &grant);
       // The mapping outlives the fd.
-      return std::make_unique<HostFdView>(MapHostMemory(fd.get(), import.mapped_size()),
-                                          import.allocation_id());
+      return std::make_unique<HostFdView>(MapHostMemory(fd.get(), import.mapped_size),
+                                          import.allocation_id);
     }
 #ifdef GPUBROKER_HAVE_CUDA
     case v1::IMPORT_KIND_CUDA_POOL:
-      return MapCudaPoolBuffer(Region(import.region_id(), import.device_uuid())->cuda_pool,
+      return MapCudaPoolBuffer(Region(import.region_id, import.device_uuid)->cuda_pool,
                                FencePage(import), import);
     case v1::IMPORT_KIND_CUDA_ARENA: {
       bool fetched = false;
-      auto slab = Region(import.region_id(), import.device_uuid(), &fetched);
+      auto slab = Region(import.region_id, import.device_uuid, &fetched);
       *path = fetched ? Path::kImported : Path::kMapped;
-      if (import.offset() + import.mapped_size() > slab->size) {
+      if (import.offset + import.mapped_size > slab->size) {
         ThrowError(ErrorCode::kInternal, "buffer lies outside its slab");
       }
       return MapCudaArenaBuffer(slab->cuda_mapped, FencePage(import), import);
@@ -333,7 +332,7 @@ std::unique_ptr<Mapping> ClientImpl::MapMemory(const v1::ImportDescriptor& impor
 #endif
     default:
       ThrowError(ErrorCode::kInternal,
-                 StrCat("unknown import kind ", static_cast<int>(import.kind())));
+                 StrCat("unknown import kind ", static_cast<int>(import.kind)));
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "client/src/fork_guard.h"
+#include "client/src/grant.h"
 #include "client/src/mapping_cache.h"
 #include "client/src/sub_allocator.h"
 #include "common/unique_fd.h"
@@ -132,6 +133,10 @@ class SessionChannel {
   /// before it blocks, where that is longer than the connection's spin.
   bool Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
             std::chrono::microseconds awake = std::chrono::microseconds(0));
+  /// The same for an Open or a Claim: the answer into `grant`, read straight
+  /// from its flat bytes where it came flat.
+  bool Call(v1::Call call, Grant* grant, std::chrono::milliseconds timeout,
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
 
   /// Sends one broker call without waiting for its answer, and returns its
   /// request id for Collect. At most kMaxPosted answers are left unread: a
@@ -142,6 +147,8 @@ class SessionChannel {
   /// The answer to a posted call (waited for if it has not come yet), once.
   /// Throws the daemon's refusal as an Error.
   v1::Reply Collect(uint64_t id, std::chrono::milliseconds timeout);
+  /// The same for a posted Open or Claim, into `grant` (as Call does).
+  void Collect(uint64_t id, std::chrono::milliseconds timeout, Grant* grant);
   static constexpr size_t kMaxPosted = 32;
 
   /// Tells the daemon that this session ends on purpose ("closed", not "died").
@@ -157,20 +164,36 @@ class SessionChannel {
   static const Timing& LastTiming();
 
  private:
+  // What came back for one request: a frame, or an Open's or a Claim's
+  // answer in the flat layout, kept as its bytes (common/wire/flat_answer.h)
+  // for the caller to read in place.
+  struct Answer {
+    v1::SessionFrame frame;  // empty when the answer came flat
+    std::string flat;
+    UniqueFd fd;  // with an FdGrant
+  };
   // Where the answer to one request lands.
   struct Slot {
     bool done = false;
     bool posted = false;  // in posted_: counted in posted_waiting_ until done
-    v1::SessionFrame frame;
-    UniqueFd fd;
+    Answer answer;
   };
 
   /// Sends `frame` (the request `id`) and waits until its answer comes:
   /// returns it, or throws the ErrorFrame that came instead, or why the
   /// session ended.
-  v1::SessionFrame Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
-                            std::chrono::milliseconds timeout,
-                            std::chrono::microseconds awake = std::chrono::microseconds(0));
+  Answer Exchange(const std::string& frame, uint64_t id, std::chrono::milliseconds timeout,
+                  std::chrono::microseconds awake = std::chrono::microseconds(0));
+  /// Sends `call` and waits for its answer; nullopt, with nothing sent, when
+  /// it does not fit in one frame.
+  std::optional<Answer> CallAnswer(v1::Call call, std::chrono::milliseconds timeout,
+                                   std::chrono::microseconds awake);
+  /// A posted call's answer (Collect's work).
+  Answer CollectAnswer(uint64_t id, std::chrono::milliseconds timeout);
+  /// A Reply from an answer, read from its flat bytes where it came flat.
+  static v1::Reply ReplyOf(Answer answer);
+  /// An Open's or a Claim's answer into `grant`; InternalError for another.
+  static void GrantOf(Answer answer, Grant* grant);
   /// Under `lock`: waits until `slot` (the request `id`) is done, reading for
   /// everyone while nobody else does. Throws, with the slot given up, when
   /// the session ends or `deadline` passes. `read`/`awake`: for Timing.
@@ -186,6 +209,8 @@ class SessionChannel {
   bool ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
                 std::chrono::microseconds spin);
   void Dispatch(v1::SessionFrame frame);  // under mu_
+  /// A flat answer (`body`, read into `facts`) to its slot. Under mu_.
+  void DispatchFlat(const FlatAnswerFacts& facts, std::string_view body);
   /// Takes a posted call's slot out of posted_ (nullptr if it is not there). Under mu_.
   std::shared_ptr<Slot> ForgetPosted(uint64_t id);
   /// Gives back the leases of Opens answered after their caller gave up.
@@ -276,13 +301,20 @@ class ClientImpl {
   /// taken later by CollectCall); 0, with nothing sent, when it does not
   /// fit in a frame.
   uint64_t PostCall(v1::Call call);
+  /// An Open or a Claim on the session's connection, as Call, its answer
+  /// into `grant` (read in place where it came flat).
+  bool Call(v1::Call call, Grant* grant,
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0),
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
   /// The answer to a posted call. Throws the daemon's refusal.
   v1::Reply CollectCall(uint64_t id);
+  /// The answer to a posted Open or Claim, into `grant`.
+  void CollectCall(uint64_t id, Grant* grant);
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
   /// An Open's answer, mapped nothing yet: on session.sock, or through gRPC
   /// when it waits and the daemon does not park waiting Opens there.
-  v1::OpenResponse AskOpen(BufferId id, std::string_view name, const OpenOptions& options);
+  void AskOpen(BufferId id, std::string_view name, const OpenOptions& options, Grant* grant);
 
   /// True in a process made by fork() after this client connected: the
   /// session belongs to the parent.
@@ -295,7 +327,10 @@ class ClientImpl {
 
   /// Maps a buffer the daemon just granted (fetching and caching its region,
   /// or taking its memory's mapping from the mapping cache).
-  std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id);
+  std::unique_ptr<Mapping> Map(const ImportFacts& import, BufferId id);
+  std::unique_ptr<Mapping> Map(const v1::ImportDescriptor& import, BufferId id) {
+    return Map(FactsOf(import), id);
+  }
 
   // The mapping cache (docs/fast-path.md, "Mappings that outlive buffers") --
 
@@ -390,15 +425,15 @@ class ClientImpl {
  private:
   /// A region of the session's tenant, fetched once; `fetched`: it was
   /// fetched (and imported or mapped) now.
-  std::shared_ptr<ImportedRegion> Region(uint64_t region_id, const std::string& device_uuid,
+  std::shared_ptr<ImportedRegion> Region(uint64_t region_id, std::string_view device_uuid,
                                          bool* fetched = nullptr);
   /// Map's work; `path`: how the memory came to be mapped.
-  std::unique_ptr<Mapping> MapMemory(const v1::ImportDescriptor& import, BufferId id, Path* path);
+  std::unique_ptr<Mapping> MapMemory(const ImportFacts& import, BufferId id, Path* path);
   /// The mapping of the buffer's memory that the cache kept, if any.
-  std::unique_ptr<CachedMapping> TakeCached(const v1::ImportDescriptor& import);
+  std::unique_ptr<CachedMapping> TakeCached(const ImportFacts& import);
   /// The mapped fence page that holds a CUDA buffer's fence word, or 0 when
   /// the word is inside the buffer.
-  uint64_t FencePage(const v1::ImportDescriptor& import);
+  uint64_t FencePage(const ImportFacts& import);
 
   std::string socket_dir_;
   std::string absolute_socket_dir_;
@@ -499,21 +534,21 @@ uint64_t MapCudaShared(UniqueFd fd, const std::string& device_uuid, uint64_t siz
 void UnmapCudaShared(uint64_t address, uint64_t size, const std::string& device_uuid);
 /// A buffer at its offset in a mapped arena slab.
 std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
-                                            const v1::ImportDescriptor& import);
+                                            const ImportFacts& import);
 /// Maps a buffer of an imported pool. `fence_page`: the mapped page that holds
 /// its fence word, or 0 when the word is inside the buffer.
 std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,
-                                           const v1::ImportDescriptor& import);
+                                           const ImportFacts& import);
 /// A client-made buffer at `address` (its range is mapped already); its
 /// ready fence is the word at block.fence_offset.
 std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t address,
                                            const std::string& device_uuid);
 /// Imports, reserves, maps and opens access to a VMM allocation (descriptor
 /// consumed): memory that may outlive its buffer in the mapping cache.
-std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescriptor& import);
+std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const ImportFacts& import);
 /// A VMM buffer over its mapped memory (imported now, or kept in the cache).
 std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
-                                          uint64_t fence_page, const v1::ImportDescriptor& import);
+                                          uint64_t fence_page, const ImportFacts& import);
 /// True once the work before `event` (a Mapping's RecordDone) is complete,
 /// waiting for it when `wait`; the event is recycled then. A failed query
 /// (a broken context) counts as done after the device synchronizes.
@@ -524,7 +559,6 @@ void CudaSynchronize(int device);
 #endif
 
 // Conversions to and from the wire (convert.cc).
-BufferInfo FromProto(const v1::BufferInfo& info);
 v1::BufferInfo ToProto(const BufferInfo& info);
 BrokerStatus FromProto(const v1::StatusResponse& status);
 /// By id when `id` is not 0, else by name.

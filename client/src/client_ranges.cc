@@ -154,6 +154,12 @@ v1::Reply ClientImpl::CollectCall(uint64_t id) {
   return reply;
 }
 
+void ClientImpl::CollectCall(uint64_t id, Grant* grant) {
+  session_channel_->Collect(id, options_.call_timeout, grant);
+  DrainReturned();
+  ServeUnmapRequests();
+}
+
 void ClientImpl::AttachCounters(v1::Call& call, bool always) {
   if (call.has_counters()) return;
   const CounterValues now = Counters();
@@ -187,6 +193,17 @@ bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds
   AttachCounters(call);
   const bool sent =
       session_channel_->Call(std::move(call), reply, options_.call_timeout + extra, awake);
+  DrainReturned();
+  ServeUnmapRequests();
+  return sent;
+}
+
+bool ClientImpl::Call(v1::Call call, Grant* grant, std::chrono::milliseconds extra,
+                      std::chrono::microseconds awake) {
+  CheckProcess();
+  AttachCounters(call);
+  const bool sent =
+      session_channel_->Call(std::move(call), grant, options_.call_timeout + extra, awake);
   DrainReturned();
   ServeUnmapRequests();
   return sent;

@@ -2,21 +2,6 @@
 #include "common/wire/tensor.h"
 
 namespace gpubroker::detail {
-namespace {
-
-BufferState FromProto(v1::BufferState s) {
-  switch (s) {
-    case v1::BUFFER_STATE_SEALED:
-      return BufferState::kSealed;
-    case v1::BUFFER_STATE_FREED:
-      return BufferState::kFreed;
-    default:
-      return BufferState::kAllocated;
-  }
-}
-
-}  // namespace
-
 v1::BufferRef ToRef(BufferId id, std::string_view name) {
   v1::BufferRef ref;
   if (id != 0) {
@@ -50,27 +35,6 @@ v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOpti
     req.set_awake_us(static_cast<uint64_t>(options.awake.count()));
   }
   return req;
-}
-
-BufferInfo FromProto(const v1::BufferInfo& b) {
-  BufferInfo info;
-  info.id = b.id();
-  info.name = b.name();
-  info.size = b.size();
-  info.reserved_size = b.reserved_size();
-  info.device_uuid = b.device_uuid();
-  info.tenant = b.tenant();
-  info.state = FromProto(b.state());
-  if (b.has_tensor()) info.tensor = TensorFromProto<TensorDesc>(b.tensor());
-  info.keep = b.keep();
-  info.expires_unix_ms = b.expires_unix_ms();
-  info.shared_with.assign(b.shared_with().begin(), b.shared_with().end());
-  info.leases = b.leases();
-  info.owner_session = b.owner_session();
-  info.created_unix_ms = b.created_unix_ms();
-  info.backing = b.backing();
-  info.client_made = b.client_made();
-  return info;
 }
 
 v1::BufferInfo ToProto(const BufferInfo& info) {

@@ -22,7 +22,7 @@ void Check(cudaError_t err, std::string_view what) {
   }
 }
 
-int Ordinal(const std::string& uuid) {
+int Ordinal(std::string_view uuid) {
   auto ordinal = cuda::OrdinalOf(uuid);
   if (!ordinal.ok()) ThrowStatus(ordinal.status());
   return *ordinal;
@@ -85,12 +85,12 @@ void GiveEvent(int device, cudaEvent_t e) {
 
 class CudaMapping : public Mapping {
  public:
-  CudaMapping(int device, void* ptr, uint64_t fence_page, const v1::ImportDescriptor& import)
+  CudaMapping(int device, void* ptr, uint64_t fence_page, const ImportFacts& import)
       : device_(device),
         ptr_(ptr),
         fence_((fence_page != 0 ? fence_page : reinterpret_cast<CUdeviceptr>(ptr)) +
-               import.fence_offset()),
-        fence_value_(import.fence_value()) {}
+               import.fence_offset),
+        fence_value_(import.fence_value) {}
   void* data() const override { return ptr_; }
   int device_ordinal() const override { return device_; }
 
@@ -175,7 +175,7 @@ class ArenaView final : public CudaMapping {
 // A client-made buffer in one of this client's ranges: nothing to unmap.
 class LocalArenaBlock final : public CudaMapping {
  public:
-  LocalArenaBlock(int device, void* ptr, const v1::ImportDescriptor& fence, const LocalBlock& block)
+  LocalArenaBlock(int device, void* ptr, const ImportFacts& fence, const LocalBlock& block)
       : CudaMapping(device, ptr, 0, fence), block_(block) {}
   ~LocalArenaBlock() override {
     // As for a range of the daemon's arena: the work that uses the block
@@ -213,10 +213,10 @@ class VmmMemory final : public CachedMapping {
 class VmmView final : public CudaMapping {
  public:
   VmmView(int device, std::unique_ptr<CachedMapping> memory, uint64_t fence_page,
-          const v1::ImportDescriptor& import)
+          const ImportFacts& import)
       : CudaMapping(device, memory->data(), fence_page, import),
         memory_(std::move(memory)),
-        allocation_id_(import.allocation_id()) {}
+        allocation_id_(import.allocation_id) {}
 
   uint64_t allocation_id() const override { return allocation_id_; }
   std::unique_ptr<CachedMapping> TakeMemory() override {
@@ -250,15 +250,15 @@ void* ImportCudaPool(UniqueFd fd, const std::string& device_uuid) {
 }
 
 std::unique_ptr<Mapping> MapCudaPoolBuffer(void* pool, uint64_t fence_page,
-                                           const v1::ImportDescriptor& import) {
-  const int device = Ordinal(import.device_uuid());
+                                           const ImportFacts& import) {
+  const int device = Ordinal(import.device_uuid);
   cuda::ScopedDevice on(device);
   if (!on.status().ok()) ThrowStatus(on.status());
-  if (import.export_data().size() != sizeof(cudaMemPoolPtrExportData)) {
+  if (import.export_data.size() != sizeof(cudaMemPoolPtrExportData)) {
     ThrowError(ErrorCode::kInternal, "malformed pool export data from the daemon");
   }
   cudaMemPoolPtrExportData data;
-  std::memcpy(&data, import.export_data().data(), sizeof(data));
+  std::memcpy(&data, import.export_data.data(), sizeof(data));
   void* ptr = nullptr;
   Check(cudaMemPoolImportPointer(&ptr, static_cast<cudaMemPool_t>(pool), &data),
         "cudaMemPoolImportPointer");
@@ -322,33 +322,33 @@ void UnmapCudaShared(uint64_t address, uint64_t size, const std::string& device_
 }
 
 std::unique_ptr<Mapping> MapCudaArenaBuffer(uint64_t slab, uint64_t fence_page,
-                                            const v1::ImportDescriptor& import) {
-  const int device = Ordinal(import.device_uuid());
-  return std::make_unique<ArenaView>(device, reinterpret_cast<void*>(slab + import.offset()),
+                                            const ImportFacts& import) {
+  const int device = Ordinal(import.device_uuid);
+  return std::make_unique<ArenaView>(device, reinterpret_cast<void*>(slab + import.offset),
                                      fence_page, import);
 }
 
 std::unique_ptr<Mapping> MapCudaLocalBlock(const LocalBlock& block, uint64_t address,
                                            const std::string& device_uuid) {
-  v1::ImportDescriptor fence;
-  fence.set_fence_offset(block.fence_offset);
-  fence.set_fence_value(block.fence_value);
+  ImportFacts fence;
+  fence.fence_offset = block.fence_offset;
+  fence.fence_value = block.fence_value;
   return std::make_unique<LocalArenaBlock>(Ordinal(device_uuid), reinterpret_cast<void*>(address),
                                            fence, block);
 }
 
-std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const v1::ImportDescriptor& import) {
-  const int device = Ordinal(import.device_uuid());
+std::unique_ptr<CachedMapping> ImportCudaVmm(UniqueFd fd, const ImportFacts& import) {
+  const int device = Ordinal(import.device_uuid);
   cuda::ScopedDevice on(device);
   if (!on.status().ok()) ThrowStatus(on.status());
-  const size_t size = import.mapped_size();
+  const size_t size = import.mapped_size;
   const CUdeviceptr ptr = MapVmm(std::move(fd), device, size);
   return std::make_unique<VmmMemory>(device, ptr, size);
 }
 
 std::unique_ptr<Mapping> MapCudaVmmBuffer(std::unique_ptr<CachedMapping> memory,
-                                          uint64_t fence_page, const v1::ImportDescriptor& import) {
-  return std::make_unique<VmmView>(Ordinal(import.device_uuid()), std::move(memory), fence_page,
+                                          uint64_t fence_page, const ImportFacts& import) {
+  return std::make_unique<VmmView>(Ordinal(import.device_uuid), std::move(memory), fence_page,
                                    import);
 }
 

@@ -155,8 +155,21 @@ void SessionChannel::Dispatch(v1::SessionFrame frame) {
     return;
   }
   Slot& slot = *it->second;
-  slot.frame = std::move(frame);
-  slot.fd = std::move(fd);
+  slot.answer.frame = std::move(frame);
+  slot.answer.fd = std::move(fd);
+  if (slot.posted && !slot.done) posted_waiting_--;
+  slot.done = true;
+}
+
+void SessionChannel::DispatchFlat(const FlatAnswerFacts& facts, std::string_view body) {
+  auto it = slots_.find(facts.request_id);
+  if (it == slots_.end()) {
+    // As in Dispatch: an Open granted after its caller gave up.
+    if (!facts.claim && facts.has_buffer) orphans_.push_back(facts.id);
+    return;
+  }
+  Slot& slot = *it->second;
+  slot.answer.flat.assign(body);
   if (slot.posted && !slot.done) posted_waiting_--;
   slot.done = true;
 }
@@ -204,14 +217,26 @@ bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
   for (auto& r : received) fds_.push_back(std::move(r));
   decoder_.Append(std::string_view(buf, got->bytes));
   while (ended_.ok()) {
-    auto frame = decoder_.Next();
-    if (!frame.ok()) {
+    auto body = decoder_.NextBody();
+    absl::Status read = body.status();
+    if (read.ok() && !body->has_value()) return arrived;
+    if (read.ok() && (*body)->flat) {
+      // An Open's or a Claim's answer: checked and matched to its caller
+      // here, and kept as its bytes, which the caller reads in place
+      // (Grant) instead of through a message.
+      FlatAnswerRead answer;
+      read = DecodeFlatAnswer((*body)->bytes, &answer);
+      if (read.ok()) DispatchFlat(answer.facts(), (*body)->bytes);
+    } else if (read.ok()) {
+      v1::SessionFrame frame;
+      read = FrameDecoder::Decode(**body, FlatFrames::kAnswers, &frame);
+      if (read.ok()) Dispatch(std::move(frame));
+    }
+    if (!read.ok()) {
       ended_ = absl::InternalError(
-          StrCat("session.sock: bad frame from the daemon: ", View(frame.status().message())));
+          StrCat("session.sock: bad frame from the daemon: ", View(read.message())));
       return false;
     }
-    if (!frame->has_value()) return arrived;
-    Dispatch(std::move(**frame));
   }
   return arrived;
 }
@@ -234,9 +259,9 @@ void SessionChannel::ReleaseOrphans() {
   }
 }
 
-v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id, UniqueFd* fd,
-                                          std::chrono::milliseconds timeout,
-                                          std::chrono::microseconds awake) {
+SessionChannel::Answer SessionChannel::Exchange(const std::string& frame, uint64_t id,
+                                                std::chrono::milliseconds timeout,
+                                                std::chrono::microseconds awake) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   Slot slot;
@@ -278,9 +303,8 @@ v1::SessionFrame SessionChannel::Exchange(const std::string& frame, uint64_t id,
   const bool orphans = !orphans_.empty();
   lock.unlock();
   if (read && orphans) ReleaseOrphans();
-  if (slot.frame.has_error()) ThrowErrorFrame(slot.frame.error());
-  if (fd != nullptr) *fd = std::move(slot.fd);
-  return std::move(slot.frame);
+  if (slot.answer.frame.has_error()) ThrowErrorFrame(slot.answer.frame.error());
+  return std::move(slot.answer);
 }
 
 void SessionChannel::Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint64_t id,
@@ -374,6 +398,15 @@ std::shared_ptr<SessionChannel::Slot> SessionChannel::ForgetPosted(uint64_t id) 
 }
 
 v1::Reply SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout) {
+  return ReplyOf(CollectAnswer(id, timeout));
+}
+
+void SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout, Grant* grant) {
+  GrantOf(CollectAnswer(id, timeout), grant);
+}
+
+SessionChannel::Answer SessionChannel::CollectAnswer(uint64_t id,
+                                                     std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   // Taken out first: nobody else collects it, and a late answer after a
   // failed wait finds no slot and is dropped.
@@ -395,10 +428,36 @@ v1::Reply SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout
   const bool orphans = read && !orphans_.empty();
   lock.unlock();
   if (orphans) ReleaseOrphans();
-  if (slot->frame.has_error()) ThrowErrorFrame(slot->frame.error());
-  if (!slot->frame.has_reply())
-    ThrowError(ErrorCode::kInternal, "session.sock: a posted call answered with an FdGrant");
-  return std::move(*slot->frame.mutable_reply());
+  if (slot->answer.frame.has_error()) ThrowErrorFrame(slot->answer.frame.error());
+  return std::move(slot->answer);
+}
+
+v1::Reply SessionChannel::ReplyOf(Answer answer) {
+  v1::Reply reply;
+  if (!answer.flat.empty()) {
+    // Checked when it arrived: this reads what was accepted then.
+    if (absl::Status st = DecodeFlatAnswer(answer.flat, &reply); !st.ok()) ThrowStatus(st);
+    return reply;
+  }
+  if (!answer.frame.has_reply())
+    ThrowError(ErrorCode::kInternal, "session.sock: a call answered with an FdGrant");
+  return std::move(*answer.frame.mutable_reply());
+}
+
+void SessionChannel::GrantOf(Answer answer, Grant* grant) {
+  if (!answer.flat.empty()) {
+    if (absl::Status st = grant->TakeFlat(std::move(answer.flat)); !st.ok()) ThrowStatus(st);
+    return;
+  }
+  v1::Reply& reply = *answer.frame.mutable_reply();
+  if (reply.has_open()) {
+    grant->Take(std::move(*reply.mutable_open()));
+  } else if (reply.has_claim()) {
+    grant->Take(std::move(*reply.mutable_claim()));
+  } else {
+    ThrowError(ErrorCode::kInternal,
+               "session.sock: an Open or a Claim answered with another reply");
+  }
 }
 
 bool SessionChannel::Unasked(const v1::SessionFrame& frame) {
@@ -501,16 +560,16 @@ UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
   request.set_request_id(id);
   v1::SessionFrame frame;
   *frame.mutable_fd_request() = std::move(request);
-  UniqueFd fd;
-  v1::SessionFrame reply = Exchange(EncodeFrame(frame), id, &fd, timeout_);
-  if (!reply.has_fd_grant())
+  Answer answer = Exchange(EncodeFrame(frame), id, timeout_);
+  if (!answer.frame.has_fd_grant())
     ThrowError(ErrorCode::kInternal, "session.sock: FdRequest answered with a Reply");
-  if (grant != nullptr) *grant = reply.fd_grant();
-  return fd;
+  if (grant != nullptr) *grant = answer.frame.fd_grant();
+  return std::move(answer.fd);
 }
 
-bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
-                          std::chrono::microseconds awake) {
+std::optional<SessionChannel::Answer> SessionChannel::CallAnswer(v1::Call call,
+                                                                 std::chrono::milliseconds timeout,
+                                                                 std::chrono::microseconds awake) {
   uint64_t id = 0;
   {
     std::lock_guard lock(mu_);
@@ -520,11 +579,26 @@ bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::millisec
   v1::SessionFrame frame;
   *frame.mutable_call() = std::move(call);
   const std::string bytes = EncodeFrameFor(frame, flat_calls_);
-  if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return false;
-  v1::SessionFrame answer = Exchange(bytes, id, nullptr, timeout, awake);
-  if (!answer.has_reply())
+  if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return std::nullopt;
+  Answer answer = Exchange(bytes, id, timeout, awake);
+  if (answer.flat.empty() && !answer.frame.has_reply())
     ThrowError(ErrorCode::kInternal, "session.sock: Call answered with an FdGrant");
-  *reply = std::move(*answer.mutable_reply());
+  return answer;
+}
+
+bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
+                          std::chrono::microseconds awake) {
+  std::optional<Answer> answer = CallAnswer(std::move(call), timeout, awake);
+  if (!answer) return false;
+  *reply = ReplyOf(std::move(*answer));
+  return true;
+}
+
+bool SessionChannel::Call(v1::Call call, Grant* grant, std::chrono::milliseconds timeout,
+                          std::chrono::microseconds awake) {
+  std::optional<Answer> answer = CallAnswer(std::move(call), timeout, awake);
+  if (!answer) return false;
+  GrantOf(std::move(*answer), grant);
   return true;
 }
 

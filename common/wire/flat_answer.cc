@@ -152,8 +152,10 @@ bool AppendFlatAnswer(const FlatAnswerFacts& f, std::string* out) {
   return true;
 }
 
-absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {
-  out->Clear();
+absl::Status DecodeFlatAnswer(std::string_view body, FlatAnswerRead* out) {
+  FlatAnswerFacts& f = out->facts_;
+  f = FlatAnswerFacts{};
+  out->dims_.clear();
   Reader r(body);
   const uint8_t layout = r.U8();
   const uint8_t which = r.U8();
@@ -172,50 +174,97 @@ absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {
       pad1 != 0) {
     return absl::InvalidArgumentError("flat answer with an unknown kind or flag");
   }
-  v1::OpenResponse* a = which == kWhichClaim ? out->mutable_claim() : out->mutable_open();
-  // Written into the message in the order the layout gives them; a message
-  // part the flags say is absent is cleared at the end (its fields zero).
-  v1::BufferInfo* b = a->mutable_buffer();
-  v1::TensorDescriptor* t = b->mutable_tensor();
-  v1::ImportDescriptor* im = a->mutable_import();
-  b->set_state(static_cast<v1::BufferState>(static_cast<int32_t>(r.U32())));
-  b->set_leases(r.U32());
-  t->set_dtype(static_cast<v1::DType>(static_cast<int32_t>(r.U32())));
-  im->set_kind(static_cast<v1::ImportKind>(static_cast<int32_t>(r.U32())));
-  out->set_request_id(r.U64());
-  b->set_id(r.U64());
-  b->set_size(r.U64());
-  b->set_reserved_size(r.U64());
-  b->set_owner_session(r.U64());
-  t->set_byte_offset(r.U64());
-  b->set_expires_unix_ms(static_cast<int64_t>(r.U64()));
-  b->set_created_unix_ms(static_cast<int64_t>(r.U64()));
-  im->set_region_id(r.U64());
-  im->set_offset(r.U64());
-  im->set_mapped_size(r.U64());
-  im->set_fence_offset(r.U64());
-  im->set_fence_value(r.U64());
-  im->set_fence_region_id(r.U64());
-  im->set_allocation_id(r.U64());
-  for (int i = 0; i < n_shape; ++i) t->add_shape(static_cast<int64_t>(r.U64()));
-  for (int i = 0; i < n_strides; ++i) t->add_strides(static_cast<int64_t>(r.U64()));
-  r.Str(b->mutable_name());
-  r.Str(b->mutable_device_uuid());
-  r.Str(b->mutable_tenant());
-  r.Str(b->mutable_backing());
-  for (int i = 0; i < n_shared; ++i) r.Str(b->add_shared_with());
-  r.Str(im->mutable_export_data());
-  r.Str(im->mutable_device_uuid());
-  b->set_keep((flags & kFlagKeep) != 0);
-  b->set_client_made((flags & kFlagClientMade) != 0);
+  f.claim = which == kWhichClaim;
+  f.has_buffer = (flags & kFlagBuffer) != 0;
+  f.has_tensor = (flags & kFlagTensor) != 0;
+  f.has_import = (flags & kFlagImport) != 0;
+  f.keep = (flags & kFlagKeep) != 0;
+  f.client_made = (flags & kFlagClientMade) != 0;
+  f.state = static_cast<int32_t>(r.U32());
+  f.leases = r.U32();
+  f.dtype = static_cast<int32_t>(r.U32());
+  f.import_kind = static_cast<int32_t>(r.U32());
+  f.request_id = r.U64();
+  f.id = r.U64();
+  f.size = r.U64();
+  f.reserved_size = r.U64();
+  f.owner_session = r.U64();
+  f.byte_offset = r.U64();
+  f.expires_unix_ms = static_cast<int64_t>(r.U64());
+  f.created_unix_ms = static_cast<int64_t>(r.U64());
+  f.region_id = r.U64();
+  f.offset = r.U64();
+  f.mapped_size = r.U64();
+  f.fence_offset = r.U64();
+  f.fence_value = r.U64();
+  f.fence_region_id = r.U64();
+  f.allocation_id = r.U64();
+  for (int i = 0; i < n_shape + n_strides; ++i) out->dims_.push_back(static_cast<int64_t>(r.U64()));
+  f.shape = std::span<const int64_t>(out->dims_.data(), n_shape);
+  f.strides = std::span<const int64_t>(out->dims_.data() + n_shape, n_strides);
+  f.name = r.View();
+  f.device_uuid = r.View();
+  f.tenant = r.View();
+  f.backing = r.View();
+  for (int i = 0; i < n_shared; ++i) f.shared_with.push_back(r.View());
+  f.export_data = r.View();
+  f.import_device_uuid = r.View();
   if (!r.done()) {
-    out->Clear();
+    f = FlatAnswerFacts{};
+    out->dims_.clear();
     return absl::InvalidArgumentError(StrCat("flat answer of ", body.size(), " bytes ",
                                              r.ok() ? "has bytes past its end" : "is truncated"));
   }
-  if ((flags & kFlagTensor) == 0) b->clear_tensor();
-  if ((flags & kFlagBuffer) == 0) a->clear_buffer();
-  if ((flags & kFlagImport) == 0) a->clear_import();
+  return absl::OkStatus();
+}
+
+absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {
+  out->Clear();
+  FlatAnswerRead read;
+  if (absl::Status st = DecodeFlatAnswer(body, &read); !st.ok()) return st;
+  const FlatAnswerFacts& f = read.facts();
+  out->set_request_id(f.request_id);
+  v1::OpenResponse* a = f.claim ? out->mutable_claim() : out->mutable_open();
+  // A part the flags say is absent stays unset: its fields read as zero,
+  // which is what the writer wrote for it (FactsOf reads a default message).
+  if (f.has_buffer) {
+    v1::BufferInfo* b = a->mutable_buffer();
+    b->set_id(f.id);
+    b->set_size(f.size);
+    b->set_reserved_size(f.reserved_size);
+    b->set_owner_session(f.owner_session);
+    b->set_expires_unix_ms(f.expires_unix_ms);
+    b->set_created_unix_ms(f.created_unix_ms);
+    b->set_state(static_cast<v1::BufferState>(f.state));
+    b->set_leases(f.leases);
+    b->set_keep(f.keep);
+    b->set_client_made(f.client_made);
+    b->set_name(f.name.data(), f.name.size());
+    b->set_device_uuid(f.device_uuid.data(), f.device_uuid.size());
+    b->set_tenant(f.tenant.data(), f.tenant.size());
+    b->set_backing(f.backing.data(), f.backing.size());
+    for (std::string_view s : f.shared_with) b->add_shared_with(s.data(), s.size());
+    if (f.has_tensor) {
+      v1::TensorDescriptor* t = b->mutable_tensor();
+      t->set_dtype(static_cast<v1::DType>(f.dtype));
+      t->mutable_shape()->Add(f.shape.begin(), f.shape.end());
+      t->mutable_strides()->Add(f.strides.begin(), f.strides.end());
+      t->set_byte_offset(f.byte_offset);
+    }
+  }
+  if (f.has_import) {
+    v1::ImportDescriptor* im = a->mutable_import();
+    im->set_kind(static_cast<v1::ImportKind>(f.import_kind));
+    im->set_region_id(f.region_id);
+    im->set_offset(f.offset);
+    im->set_mapped_size(f.mapped_size);
+    im->set_fence_offset(f.fence_offset);
+    im->set_fence_value(f.fence_value);
+    im->set_fence_region_id(f.fence_region_id);
+    im->set_allocation_id(f.allocation_id);
+    im->set_export_data(f.export_data.data(), f.export_data.size());
+    im->set_device_uuid(f.import_device_uuid.data(), f.import_device_uuid.size());
+  }
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "gpubroker/v1/session.pb.h"
 
@@ -73,8 +74,32 @@ struct FlatAnswerFacts {
 /// nothing written, when they do not fit the layout's bounds.
 bool AppendFlatAnswer(const FlatAnswerFacts& facts, std::string* out);
 
-/// Reads a flat answer into `out` (cleared first). INVALID_ARGUMENT for bytes
-/// that are not exactly one flat answer of a layout this build knows.
+/// A flat answer read in place, with no message made: the client takes its
+/// facts straight into its own description of the buffer and maps from them
+/// (client/src/client_impl.h, Grant). `facts` views the body it was read
+/// from, which must outlive it, and `dims_` (the shape and the strides, which
+/// the layout does not align). Filled in place; neither copied nor moved.
+class FlatAnswerRead {
+ public:
+  FlatAnswerRead() = default;
+  FlatAnswerRead(const FlatAnswerRead&) = delete;
+  FlatAnswerRead& operator=(const FlatAnswerRead&) = delete;
+
+  const FlatAnswerFacts& facts() const { return facts_; }
+
+ private:
+  friend absl::Status DecodeFlatAnswer(std::string_view body, FlatAnswerRead* out);
+  FlatAnswerFacts facts_;
+  absl::InlinedVector<int64_t, 16> dims_;  // shape, then strides
+};
+
+/// Reads a flat answer: the one reader of the layout. INVALID_ARGUMENT for
+/// bytes that are not exactly one flat answer of a layout this build knows
+/// (`out` is then cleared).
+absl::Status DecodeFlatAnswer(std::string_view body, FlatAnswerRead* out);
+
+/// Reads a flat answer into `out` (cleared first), through the reader
+/// above. INVALID_ARGUMENT as it says.
 absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out);
 
 }  // namespace gpubroker

@@ -61,12 +61,15 @@ class Reader {
     Bytes(&v, 8);
     return v;
   }
-  void Str(std::string* s) {
+  void Str(std::string* s) { s->assign(View()); }
+  /// A string as a view into the input (empty past the end).
+  std::string_view View() {
     uint16_t n = 0;
     Bytes(&n, 2);
-    if (!Need(n)) return;
-    s->assign(in_.data() + pos_, n);
+    if (!Need(n)) return {};
+    const std::string_view s = in_.substr(pos_, n);
     pos_ += n;
+    return s;
   }
 
  private:

@@ -66,7 +66,7 @@ void FrameDecoder::Append(std::string_view bytes) {
   buffer_.append(bytes.data(), bytes.size());
 }
 
-absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
+absl::StatusOr<std::optional<FrameDecoder::Body>> FrameDecoder::NextBody() {
   const size_t avail = buffered();
   if (avail < kFrameHeaderBytes) return std::nullopt;
   const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + consumed_);
@@ -79,22 +79,31 @@ absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
         StrCat("frame of ", len, " bytes exceeds the limit of ", kMaxFrameBytes));
   }
   if (avail < kFrameHeaderBytes + len) return std::nullopt;
-  v1::SessionFrame frame;
-  if (flat) {
-    const std::string_view body(reinterpret_cast<const char*>(p) + kFrameHeaderBytes, len);
-    if (absl::Status st = accept_flat_ == FlatFrames::kAnswers
-                              ? DecodeFlatAnswer(body, frame.mutable_reply())
-                              : DecodeFlatCall(body, frame.mutable_call());
-        !st.ok()) {
-      return st;
-    }
-  } else if (!frame.ParseFromArray(p + kFrameHeaderBytes, static_cast<int>(len))) {
-    return absl::InvalidArgumentError(StrCat("frame of ", len, " bytes does not parse"));
+  consumed_ += kFrameHeaderBytes + len;
+  return Body{std::string_view(reinterpret_cast<const char*>(p) + kFrameHeaderBytes, len), flat};
+}
+
+absl::Status FrameDecoder::Decode(Body body, FlatFrames flat, v1::SessionFrame* out) {
+  if (body.flat) {
+    return flat == FlatFrames::kAnswers ? DecodeFlatAnswer(body.bytes, out->mutable_reply())
+                                        : DecodeFlatCall(body.bytes, out->mutable_call());
   }
-  if (frame.body_case() == v1::SessionFrame::BODY_NOT_SET) {
+  if (!out->ParseFromArray(body.bytes.data(), static_cast<int>(body.bytes.size()))) {
+    return absl::InvalidArgumentError(
+        StrCat("frame of ", body.bytes.size(), " bytes does not parse"));
+  }
+  if (out->body_case() == v1::SessionFrame::BODY_NOT_SET) {
     return absl::InvalidArgumentError("frame carries no message");
   }
-  consumed_ += kFrameHeaderBytes + len;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::SessionFrame>> FrameDecoder::Next() {
+  auto body = NextBody();
+  if (!body.ok()) return body.status();
+  if (!body->has_value()) return std::nullopt;
+  v1::SessionFrame frame;
+  if (absl::Status st = Decode(**body, accept_flat_, &frame); !st.ok()) return st;
   return frame;
 }
 

@@ -55,6 +55,22 @@ class FrameDecoder {
   /// INVALID_ARGUMENT for a malformed stream.
   absl::StatusOr<std::optional<v1::SessionFrame>> Next();
 
+  /// A complete frame's body, not yet decoded: a SessionFrame, or with
+  /// `flat` a flat frame of the kind this decoder accepts. The view is valid
+  /// until the next Append.
+  struct Body {
+    std::string_view bytes;
+    bool flat = false;
+  };
+  /// The next complete frame's body, for a reader that decodes it itself
+  /// (the client reads a flat answer in place: FlatAnswerRead);
+  /// std::nullopt while more bytes are needed; INVALID_ARGUMENT for a
+  /// length over the limit. Next() is this and Decode().
+  absl::StatusOr<std::optional<Body>> NextBody();
+  /// Decodes a body as Next() does: a SessionFrame (which must carry a
+  /// message), or a flat frame of `flat`'s kind read into one.
+  static absl::Status Decode(Body body, FlatFrames flat, v1::SessionFrame* out);
+
   /// Bytes received but not yet decoded.
   size_t buffered() const { return buffer_.size() - consumed_; }
 

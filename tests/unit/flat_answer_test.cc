@@ -91,6 +91,81 @@ TEST(FlatAnswer, RefusesBytesThatAreNotExactlyOneAnswer) {
   EXPECT_TRUE(DecodeFlatAnswer(bytes, &out).ok());
 }
 
+// The client reads an answer in place (FlatAnswerRead), with no message:
+// what it reads writes back as the very same bytes, every field included,
+// and it refuses what the message reader refuses.
+TEST(FlatAnswer, ReadInPlaceGivesBackEveryFieldAsWritten) {
+  for (bool claim : {false, true}) {
+    std::string bytes;
+    ASSERT_TRUE(AppendFlatAnswer(EveryFieldAnswer(claim), &bytes));
+    FlatAnswerRead read;
+    ASSERT_TRUE(DecodeFlatAnswer(bytes, &read).ok());
+    EXPECT_EQ(read.facts().claim, claim);
+    EXPECT_EQ(read.facts().request_id, 0xfedcba9876543210ull);
+    std::string again;
+    ASSERT_TRUE(AppendFlatAnswer(read.facts(), &again));
+    EXPECT_EQ(again, bytes) << (claim ? "claim" : "open");
+    // The strings are views into the bytes read, not copies.
+    const auto inside = [&](std::string_view s) {
+      return s.data() >= bytes.data() && s.data() + s.size() <= bytes.data() + bytes.size();
+    };
+    EXPECT_TRUE(inside(read.facts().name) && inside(read.facts().export_data) &&
+                inside(read.facts().import_device_uuid));
+  }
+  FlatAnswerRead read;
+  std::string bytes;
+  AppendFlatAnswer(EveryFieldAnswer(false), &bytes);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_EQ(DecodeFlatAnswer(std::string_view(bytes).substr(0, n), &read).code(),
+              absl::StatusCode::kInvalidArgument)
+        << "truncated to " << n << " bytes";
+    EXPECT_EQ(read.facts().id, 0u) << "a refused answer leaves no facts behind";
+  }
+  EXPECT_EQ(DecodeFlatAnswer(bytes + "x", &read).code(), absl::StatusCode::kInvalidArgument);
+  for (size_t at : {size_t{0}, size_t{1}, size_t{5}, size_t{6}, size_t{7}}) {
+    std::string bad = bytes;
+    bad[at] = static_cast<char>(0xff);
+    EXPECT_EQ(DecodeFlatAnswer(bad, &read).code(), absl::StatusCode::kInvalidArgument)
+        << "byte " << at;
+  }
+}
+
+// NextBody hands out each frame's body undecoded, flat or not, in order;
+// Decode then reads it as Next would.
+TEST(FlatFrames, BodiesComeOutUndecodedAndDecodeAsNextWould) {
+  v1::SessionFrame open;
+  *open.mutable_reply() = EveryFieldAnswer(true);
+  v1::SessionFrame other;
+  other.mutable_reply()->set_request_id(5);
+  other.mutable_reply()->mutable_release();
+  FrameDecoder d;
+  d.AcceptFlatAnswers();
+  d.Append(EncodeFrameFor(open, FlatFrames::kAnswers) +
+           EncodeFrameFor(other, FlatFrames::kAnswers));
+  auto first = d.NextBody();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_TRUE((*first)->flat);
+  FlatAnswerRead read;
+  ASSERT_TRUE(DecodeFlatAnswer((*first)->bytes, &read).ok());
+  EXPECT_TRUE(read.facts().claim);
+  v1::SessionFrame decoded;
+  ASSERT_TRUE(FrameDecoder::Decode(**first, FlatFrames::kAnswers, &decoded).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(decoded, open));
+  auto second = d.NextBody();
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_FALSE((*second)->flat);
+  decoded.Clear();
+  ASSERT_TRUE(FrameDecoder::Decode(**second, FlatFrames::kAnswers, &decoded).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(decoded, other));
+  auto none = d.NextBody();
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  // A body that carries no message is refused, as Next refuses it.
+  EXPECT_EQ(
+      FrameDecoder::Decode({std::string_view(), false}, FlatFrames::kAnswers, &decoded).code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 TEST(FlatAnswer, OnlyOpensAndClaimsThatFitAreWrittenFlat) {
   v1::Reply seal;
   seal.mutable_seal()->mutable_buffer()->set_id(1);
