@@ -349,9 +349,7 @@ void Buffer::wait_sealed(std::chrono::milliseconds timeout, std::chrono::microse
   }
   // That Open's own lease goes without a wait: its answer is taken when this
   // handle goes (nothing can be refused: the lease is there).
-  v1::Call release;
-  release.mutable_release()->set_id(info_.id);
-  if (const uint64_t posted = impl_->PostCall(std::move(release)); posted != 0) {
+  if (const uint64_t posted = impl_->PostCall(detail::ReleaseCall(info_.id)); posted != 0) {
     quiet_.push_back(posted);
   } else {
     impl_->Release(detail::BufferRelease{info_.id, false, nullptr}, true);
@@ -453,15 +451,14 @@ namespace detail {
 
 void ClientImpl::AskOpen(BufferId id, std::string_view name, const OpenOptions& options,
                          Grant* grant) {
-  v1::Call call;
-  *call.mutable_open() = ToOpenRequest(id, name, options);
   // A waiting Open is parked in the daemon and answered on the session's
   // connection when the buffer is sealed; the connection serves this
   // client's other calls meanwhile. A daemon that does not say it parks
   // them gets them through gRPC.
   const auto wait = options.wait ? options.timeout : std::chrono::milliseconds(0);
   // awake comes with wait only (CheckAwake, at every way in).
-  if ((!options.wait || waits_on_session()) && Call(std::move(call), grant, wait, options.awake)) {
+  if ((!options.wait || waits_on_session()) &&
+      Call(OpenCall(id, name, options), grant, wait, options.awake)) {
     if (DebugOn()) Debug(StrCat("open buffer ", grant->info.id, CallTiming()));
     return;
   }
@@ -496,13 +493,9 @@ void ClientImpl::Release(BufferRelease release, bool report_errors) {
     if (!published) return;
   }
   if (release.id == 0) return;  // a posted claim that was refused: no lease
-  v1::Call call;
-  call.mutable_release()->set_id(release.id);
-  call.mutable_release()->set_free(release.free);
-  call.mutable_release()->set_keep_mapping(keep_mapping);
   v1::Reply reply;
   try {
-    Call(std::move(call), &reply);  // always fits in a frame
+    Call(ReleaseCall(release.id, release.free, keep_mapping), &reply);  // always fits in a frame
   } catch (const Error&) {
     // A daemon that is gone has already dropped the lease with the session.
     if (report_errors) throw;
@@ -695,8 +688,9 @@ Buffer Client::Claim(std::string_view ticket, bool posted) {
   if (!t.ParseFromArray(ticket.data(), static_cast<int>(ticket.size())) || t.secret().empty()) {
     ThrowError(ErrorCode::kInvalidArgument, "not a gpubroker ticket (Buffer::ticket() makes them)");
   }
-  v1::Call call;
-  call.mutable_claim()->set_secret(t.secret());
+  FlatCallFacts call;
+  call.kind = FlatCallFacts::Kind::kClaim;
+  call.secret = t.secret();  // a view into the ticket, which outlives the call
   if (posted) {
     const uint64_t request = impl_->PostCall(call);
     if (request != 0) {
@@ -710,7 +704,7 @@ Buffer Client::Claim(std::string_view ticket, bool posted) {
     }
   }
   detail::Grant granted;
-  impl_->Call(std::move(call), &granted);
+  impl_->Call(call, &granted);
   if (detail::ClientImpl::DebugOn()) {
     detail::ClientImpl::Debug(
         StrCat("claim buffer ", granted.info.id, detail::ClientImpl::CallTiming()));
@@ -739,9 +733,7 @@ Buffer Client::OpenPosted(BufferId id, std::string_view name, const OpenOptions&
                "on the handle, or use open()");
   }
   impl_->FinishReleases(false);
-  v1::Call call;
-  *call.mutable_open() = detail::ToOpenRequest(id, name, options);
-  const uint64_t request = impl_->PostCall(call);
+  const uint64_t request = impl_->PostCall(detail::OpenCall(id, name, options));
   if (request == 0) return Open(id, name, options);  // too large a frame: asked and waited for
   BufferInfo preview;
   preview.name = std::string(name);  // no id, size or layout before the answer

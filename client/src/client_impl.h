@@ -137,6 +137,12 @@ class SessionChannel {
   /// from its flat bytes where it came flat.
   bool Call(v1::Call call, Grant* grant, std::chrono::milliseconds timeout,
             std::chrono::microseconds awake = std::chrono::microseconds(0));
+  /// The same, the call given as its facts: written flat with no message in
+  /// between where the daemon reads flat calls, else as the Call they say.
+  bool Call(FlatCallFacts call, v1::Reply* reply, std::chrono::milliseconds timeout,
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
+  bool Call(FlatCallFacts call, Grant* grant, std::chrono::milliseconds timeout,
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
 
   /// Sends one broker call without waiting for its answer, and returns its
   /// request id for Collect. At most kMaxPosted answers are left unread: a
@@ -144,6 +150,7 @@ class SessionChannel {
   /// a full socket of answers nobody reads). 0, with nothing sent, when the
   /// call does not fit in one frame.
   uint64_t Post(v1::Call call);
+  uint64_t Post(FlatCallFacts call);
   /// The answer to a posted call (waited for if it has not come yet), once.
   /// Throws the daemon's refusal as an Error.
   v1::Reply Collect(uint64_t id, std::chrono::milliseconds timeout);
@@ -186,14 +193,26 @@ class SessionChannel {
                   std::chrono::microseconds awake = std::chrono::microseconds(0));
   /// Sends `call` and waits for its answer; nullopt, with nothing sent, when
   /// it does not fit in one frame.
-  std::optional<Answer> CallAnswer(v1::Call call, std::chrono::milliseconds timeout,
+  template <typename CallT>
+  std::optional<Answer> CallAnswer(CallT call, std::chrono::milliseconds timeout,
                                    std::chrono::microseconds awake);
+  /// Post's work, for a call in either form.
+  template <typename CallT>
+  uint64_t PostAs(CallT call);
+  /// The frame of a call (the request `id`): flat where the daemon reads
+  /// flat calls and the call fits the layout, else protobuf.
+  std::string Encode(v1::Call call, uint64_t id) const;
+  std::string Encode(FlatCallFacts call, uint64_t id) const;
   /// A posted call's answer (Collect's work).
   Answer CollectAnswer(uint64_t id, std::chrono::milliseconds timeout);
-  /// A Reply from an answer, read from its flat bytes where it came flat.
-  static v1::Reply ReplyOf(Answer answer);
+  /// Call's work: the answer into `out`, as Take reads it.
+  template <typename CallT, typename Out>
+  bool CallInto(CallT call, Out* out, std::chrono::milliseconds timeout,
+                std::chrono::microseconds awake);
+  /// The Reply of an answer, read from its flat bytes where it came flat.
+  static void Take(Answer answer, v1::Reply* reply);
   /// An Open's or a Claim's answer into `grant`; InternalError for another.
-  static void GrantOf(Answer answer, Grant* grant);
+  static void Take(Answer answer, Grant* grant);
   /// Under `lock`: waits until `slot` (the request `id`) is done, reading for
   /// everyone while nobody else does. Throws, with the slot given up, when
   /// the session ends or `deadline` passes. `read`/`awake`: for Timing.
@@ -306,6 +325,14 @@ class ClientImpl {
   bool Call(v1::Call call, Grant* grant,
             std::chrono::milliseconds extra = std::chrono::milliseconds(0),
             std::chrono::microseconds awake = std::chrono::microseconds(0));
+  /// The same, the call given as its facts (SessionChannel::Call).
+  bool Call(FlatCallFacts call, v1::Reply* reply,
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0),
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
+  bool Call(FlatCallFacts call, Grant* grant,
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0),
+            std::chrono::microseconds awake = std::chrono::microseconds(0));
+  uint64_t PostCall(FlatCallFacts call);
   /// The answer to a posted call. Throws the daemon's refusal.
   v1::Reply CollectCall(uint64_t id);
   /// The answer to a posted Open or Claim, into `grant`.
@@ -398,7 +425,8 @@ class ClientImpl {
   /// The Publish frame posted, seal included: its answer's request id.
   uint64_t PostPublish(const LocalBlock& block, const BufferInfo& info);
   /// The call that publishes a client-made buffer.
-  static v1::Call PublishCall(const LocalBlock& block, const BufferInfo& info, bool seal);
+  /// Views into `info`, which must outlive it.
+  static FlatCallFacts PublishCall(const LocalBlock& block, const BufferInfo& info, bool seal);
   /// A client-made buffer's block goes back: to the allocator when it was
   /// never published, else into quarantine until the daemon returns it.
   void FreeLocal(const LocalBlock& block, bool published);
@@ -467,6 +495,14 @@ class ClientImpl {
   // frame that carried them (most calls change none: the daemon then skips
   // its books and its metrics for the frame); `always`: whether or not.
   void AttachCounters(v1::Call& call, bool always = false);
+  void AttachCounters(FlatCallFacts& call);
+  /// The counters to send now, or false when they have not changed since
+  /// the last call that carried them (`always`: whether or not).
+  bool CountersToSend(CounterValues* now, bool always);
+  /// Call's work, for a call in either form and an answer into either.
+  template <typename CallT, typename Out>
+  bool CallOn(CallT call, Out* out, std::chrono::milliseconds extra,
+              std::chrono::microseconds awake);
   std::mutex counters_mu_;
   CounterValues sent_counters_{};  // as last sent
 
@@ -565,5 +601,9 @@ BrokerStatus FromProto(const v1::StatusResponse& status);
 v1::BufferRef ToRef(BufferId id, std::string_view name);
 v1::AllocateRequest ToAllocateRequest(uint64_t size, const AllocateOptions& options);
 v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOptions& options);
+/// The same Open as its facts (views into `name`), for session.sock.
+FlatCallFacts OpenCall(BufferId id, std::string_view name, const OpenOptions& options);
+/// A Release of the buffer `id` as its facts.
+FlatCallFacts ReleaseCall(BufferId id, bool free = false, bool keep_mapping = false);
 
 }  // namespace gpubroker::detail

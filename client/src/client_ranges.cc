@@ -147,6 +147,12 @@ uint64_t ClientImpl::PostCall(v1::Call call) {
   return session_channel_->Post(std::move(call));
 }
 
+uint64_t ClientImpl::PostCall(FlatCallFacts call) {
+  CheckProcess();
+  AttachCounters(call);
+  return session_channel_->Post(call);
+}
+
 v1::Reply ClientImpl::CollectCall(uint64_t id) {
   v1::Reply reply = session_channel_->Collect(id, options_.call_timeout);
   DrainReturned();
@@ -160,14 +166,38 @@ void ClientImpl::CollectCall(uint64_t id, Grant* grant) {
   ServeUnmapRequests();
 }
 
+bool ClientImpl::CountersToSend(CounterValues* now, bool always) {
+  *now = Counters();
+  std::lock_guard lock(counters_mu_);
+  if (!always && *now == sent_counters_) return false;  // cheaper than the daemon's books
+  sent_counters_ = *now;
+  return true;
+}
+
+void ClientImpl::AttachCounters(FlatCallFacts& call) {
+  CounterValues now;
+  if (call.has_counters || !CountersToSend(&now, false)) return;
+  call.has_counters = true;
+  FlatCallFacts::Counters& c = call.counters;
+  c.allocations = now.allocations;
+  c.in_use_blocks = now.in_use_blocks;
+  c.in_use_bytes = now.in_use_bytes;
+  c.range_bytes = now.range_bytes;
+  c.cache_hits = now.cache_hits;
+  c.daemon_allocations = now.daemon_allocations;
+  c.grpc_allocations = now.grpc_allocations;
+  c.opens_arena = now.opens_arena;
+  c.opens_import = now.opens_import;
+  c.opens_grpc = now.opens_grpc;
+  c.opens_cached = now.opens_cached;
+  c.mapping_cache_misses = now.mapping_cache_misses;
+  c.mapping_cache_evictions = now.mapping_cache_evictions;
+  c.mapping_cache_bytes = now.mapping_cache_bytes;
+}
+
 void ClientImpl::AttachCounters(v1::Call& call, bool always) {
-  if (call.has_counters()) return;
-  const CounterValues now = Counters();
-  {
-    std::lock_guard lock(counters_mu_);
-    if (!always && now == sent_counters_) return;  // cheaper than the daemon's books
-    sent_counters_ = now;
-  }
+  CounterValues now;
+  if (call.has_counters() || !CountersToSend(&now, always)) return;
   v1::ClientCounters* c = call.mutable_counters();
   c->set_allocations(now.allocations);
   c->set_in_use_blocks(now.in_use_blocks);
@@ -187,26 +217,36 @@ void ClientImpl::AttachCounters(v1::Call& call, bool always) {
 
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
 
-bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds extra,
-                      std::chrono::microseconds awake) {
+template <typename CallT, typename Out>
+bool ClientImpl::CallOn(CallT call, Out* out, std::chrono::milliseconds extra,
+                        std::chrono::microseconds awake) {
   CheckProcess();
   AttachCounters(call);
   const bool sent =
-      session_channel_->Call(std::move(call), reply, options_.call_timeout + extra, awake);
+      session_channel_->Call(std::move(call), out, options_.call_timeout + extra, awake);
   DrainReturned();
   ServeUnmapRequests();
   return sent;
 }
 
+bool ClientImpl::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds extra,
+                      std::chrono::microseconds awake) {
+  return CallOn(std::move(call), reply, extra, awake);
+}
+
 bool ClientImpl::Call(v1::Call call, Grant* grant, std::chrono::milliseconds extra,
                       std::chrono::microseconds awake) {
-  CheckProcess();
-  AttachCounters(call);
-  const bool sent =
-      session_channel_->Call(std::move(call), grant, options_.call_timeout + extra, awake);
-  DrainReturned();
-  ServeUnmapRequests();
-  return sent;
+  return CallOn(std::move(call), grant, extra, awake);
+}
+
+bool ClientImpl::Call(FlatCallFacts call, v1::Reply* reply, std::chrono::milliseconds extra,
+                      std::chrono::microseconds awake) {
+  return CallOn(call, reply, extra, awake);
+}
+
+bool ClientImpl::Call(FlatCallFacts call, Grant* grant, std::chrono::milliseconds extra,
+                      std::chrono::microseconds awake) {
+  return CallOn(call, grant, extra, awake);
 }
 
 DeviceArena& ClientImpl::ArenaFor(const std::string& device) {
@@ -342,9 +382,8 @@ uint64_t ClientImpl::PostPublish(const LocalBlock& lb, const BufferInfo& info) {
 }
 
 BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, bool seal) {
-  v1::Call call = PublishCall(lb, info, seal);
   v1::Reply reply;
-  Call(std::move(call), &reply);  // always fits in a frame
+  Call(PublishCall(lb, info, seal), &reply);  // always fits in a frame
   publishes_++;
   BufferInfo out = FromProto(reply.publish().buffer());
   if (DebugOn())
@@ -353,18 +392,24 @@ BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, boo
   return out;
 }
 
-v1::Call ClientImpl::PublishCall(const LocalBlock& lb, const BufferInfo& info, bool seal) {
-  v1::Call call;
-  auto* p = call.mutable_publish();
-  p->set_range_id(lb.block.range_id);
-  p->set_offset(lb.block.offset);
-  p->set_reserved(lb.block.size);
-  p->set_size(lb.size);
-  p->set_name(info.name);
-  if (info.tensor) TensorToProto(*info.tensor, p->mutable_tensor());
-  p->set_seal(seal);
-  p->set_fence_offset(lb.fence_offset);
-  p->set_fence_value(lb.fence_value);
+FlatCallFacts ClientImpl::PublishCall(const LocalBlock& lb, const BufferInfo& info, bool seal) {
+  FlatCallFacts call;
+  call.kind = FlatCallFacts::Kind::kPublish;
+  call.range_id = lb.block.range_id;
+  call.offset = lb.block.offset;
+  call.reserved = lb.block.size;
+  call.size = lb.size;
+  call.name = info.name;
+  if (info.tensor) {
+    call.has_tensor = true;
+    call.dtype = static_cast<int32_t>(info.tensor->dtype);
+    call.shape = info.tensor->shape;
+    call.strides = info.tensor->strides;
+    call.byte_offset = info.tensor->byte_offset;
+  }
+  call.seal = seal;
+  call.fence_offset = lb.fence_offset;
+  call.fence_value = lb.fence_value;
   return call;
 }
 

@@ -60,6 +60,32 @@ v1::BufferInfo ToProto(const BufferInfo& info) {
   return b;
 }
 
+FlatCallFacts OpenCall(BufferId id, std::string_view name, const OpenOptions& options) {
+  // As ToOpenRequest says it: by id when there is one, else by name.
+  FlatCallFacts call;
+  call.kind = FlatCallFacts::Kind::kOpen;
+  call.by_id = id != 0;
+  call.by_name = id == 0;
+  call.id = id;
+  call.name = call.by_name ? name : std::string_view();
+  call.wait = options.wait;
+  call.timeout_ms = static_cast<uint64_t>(options.timeout.count());
+  call.allow_unsealed = options.allow_unsealed;
+  if (options.wait && options.awake.count() > 0) {
+    call.awake_us = static_cast<uint64_t>(options.awake.count());
+  }
+  return call;
+}
+
+FlatCallFacts ReleaseCall(BufferId id, bool free, bool keep_mapping) {
+  FlatCallFacts call;
+  call.kind = FlatCallFacts::Kind::kRelease;
+  call.id = id;
+  call.free = free;
+  call.keep_mapping = keep_mapping;
+  return call;
+}
+
 BrokerStatus FromProto(const v1::StatusResponse& r) {
   BrokerStatus s;
   s.version = r.version();

@@ -341,7 +341,28 @@ void SessionChannel::Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint6
   slots_.erase(id);
 }
 
-uint64_t SessionChannel::Post(v1::Call call) {
+uint64_t SessionChannel::Post(v1::Call call) { return PostAs(std::move(call)); }
+
+uint64_t SessionChannel::Post(FlatCallFacts call) { return PostAs(call); }
+
+std::string SessionChannel::Encode(v1::Call call, uint64_t id) const {
+  call.set_request_id(id);
+  v1::SessionFrame frame;
+  *frame.mutable_call() = std::move(call);
+  return EncodeFrameFor(frame, flat_calls_);
+}
+
+std::string SessionChannel::Encode(FlatCallFacts call, uint64_t id) const {
+  call.request_id = id;
+  std::string bytes;
+  if (flat_calls_ == FlatFrames::kCalls && AppendFlatCallFrame(call, &bytes)) return bytes;
+  v1::SessionFrame frame;
+  ToCall(call, frame.mutable_call());
+  return EncodeFrame(frame);
+}
+
+template <typename CallT>
+uint64_t SessionChannel::PostAs(CallT call) {
   uint64_t id = 0;
   {
     std::unique_lock lock(mu_);
@@ -360,10 +381,7 @@ uint64_t SessionChannel::Post(v1::Call call) {
     }
     id = next_request_id_++;
   }
-  call.set_request_id(id);
-  v1::SessionFrame frame;
-  *frame.mutable_call() = std::move(call);
-  const std::string bytes = EncodeFrameFor(frame, flat_calls_);
+  const std::string bytes = Encode(std::move(call), id);
   if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return 0;
   {
     std::lock_guard lock(mu_);
@@ -398,11 +416,13 @@ std::shared_ptr<SessionChannel::Slot> SessionChannel::ForgetPosted(uint64_t id) 
 }
 
 v1::Reply SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout) {
-  return ReplyOf(CollectAnswer(id, timeout));
+  v1::Reply reply;
+  Take(CollectAnswer(id, timeout), &reply);
+  return reply;
 }
 
 void SessionChannel::Collect(uint64_t id, std::chrono::milliseconds timeout, Grant* grant) {
-  GrantOf(CollectAnswer(id, timeout), grant);
+  Take(CollectAnswer(id, timeout), grant);
 }
 
 SessionChannel::Answer SessionChannel::CollectAnswer(uint64_t id,
@@ -432,19 +452,18 @@ SessionChannel::Answer SessionChannel::CollectAnswer(uint64_t id,
   return std::move(slot->answer);
 }
 
-v1::Reply SessionChannel::ReplyOf(Answer answer) {
-  v1::Reply reply;
+void SessionChannel::Take(Answer answer, v1::Reply* reply) {
   if (!answer.flat.empty()) {
     // Checked when it arrived: this reads what was accepted then.
-    if (absl::Status st = DecodeFlatAnswer(answer.flat, &reply); !st.ok()) ThrowStatus(st);
-    return reply;
+    if (absl::Status st = DecodeFlatAnswer(answer.flat, reply); !st.ok()) ThrowStatus(st);
+    return;
   }
   if (!answer.frame.has_reply())
     ThrowError(ErrorCode::kInternal, "session.sock: a call answered with an FdGrant");
-  return std::move(*answer.frame.mutable_reply());
+  *reply = std::move(*answer.frame.mutable_reply());
 }
 
-void SessionChannel::GrantOf(Answer answer, Grant* grant) {
+void SessionChannel::Take(Answer answer, Grant* grant) {
   if (!answer.flat.empty()) {
     if (absl::Status st = grant->TakeFlat(std::move(answer.flat)); !st.ok()) ThrowStatus(st);
     return;
@@ -567,7 +586,8 @@ UniqueFd SessionChannel::RequestFd(v1::FdRequest request, v1::FdGrant* grant) {
   return std::move(answer.fd);
 }
 
-std::optional<SessionChannel::Answer> SessionChannel::CallAnswer(v1::Call call,
+template <typename CallT>
+std::optional<SessionChannel::Answer> SessionChannel::CallAnswer(CallT call,
                                                                  std::chrono::milliseconds timeout,
                                                                  std::chrono::microseconds awake) {
   uint64_t id = 0;
@@ -575,10 +595,7 @@ std::optional<SessionChannel::Answer> SessionChannel::CallAnswer(v1::Call call,
     std::lock_guard lock(mu_);
     id = next_request_id_++;
   }
-  call.set_request_id(id);
-  v1::SessionFrame frame;
-  *frame.mutable_call() = std::move(call);
-  const std::string bytes = EncodeFrameFor(frame, flat_calls_);
+  const std::string bytes = Encode(std::move(call), id);
   if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return std::nullopt;
   Answer answer = Exchange(bytes, id, timeout, awake);
   if (answer.flat.empty() && !answer.frame.has_reply())
@@ -586,20 +603,33 @@ std::optional<SessionChannel::Answer> SessionChannel::CallAnswer(v1::Call call,
   return answer;
 }
 
-bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
-                          std::chrono::microseconds awake) {
+template <typename CallT, typename Out>
+bool SessionChannel::CallInto(CallT call, Out* out, std::chrono::milliseconds timeout,
+                              std::chrono::microseconds awake) {
   std::optional<Answer> answer = CallAnswer(std::move(call), timeout, awake);
   if (!answer) return false;
-  *reply = ReplyOf(std::move(*answer));
+  Take(std::move(*answer), out);
   return true;
+}
+
+bool SessionChannel::Call(v1::Call call, v1::Reply* reply, std::chrono::milliseconds timeout,
+                          std::chrono::microseconds awake) {
+  return CallInto(std::move(call), reply, timeout, awake);
 }
 
 bool SessionChannel::Call(v1::Call call, Grant* grant, std::chrono::milliseconds timeout,
                           std::chrono::microseconds awake) {
-  std::optional<Answer> answer = CallAnswer(std::move(call), timeout, awake);
-  if (!answer) return false;
-  GrantOf(std::move(*answer), grant);
-  return true;
+  return CallInto(std::move(call), grant, timeout, awake);
+}
+
+bool SessionChannel::Call(FlatCallFacts call, v1::Reply* reply, std::chrono::milliseconds timeout,
+                          std::chrono::microseconds awake) {
+  return CallInto(call, reply, timeout, awake);
+}
+
+bool SessionChannel::Call(FlatCallFacts call, Grant* grant, std::chrono::milliseconds timeout,
+                          std::chrono::microseconds awake) {
+  return CallInto(call, grant, timeout, awake);
 }
 
 void SessionChannel::SayGoodbye() noexcept {

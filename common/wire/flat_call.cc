@@ -63,11 +63,11 @@ using flat::kMaxString;
 using flat::Reader;
 using flat::Writer;
 
-void WriteCounters(const v1::ClientCounters& c, Writer& w) {
-  for (uint64_t v : {c.allocations(), c.in_use_blocks(), c.in_use_bytes(), c.range_bytes(),
-                     c.cache_hits(), c.daemon_allocations(), c.grpc_allocations(), c.opens_arena(),
-                     c.opens_cached(), c.opens_import(), c.opens_grpc(), c.mapping_cache_misses(),
-                     c.mapping_cache_evictions(), c.mapping_cache_bytes()}) {
+void WriteCounters(const FlatCallFacts::Counters& c, Writer& w) {
+  for (uint64_t v :
+       {c.allocations, c.in_use_blocks, c.in_use_bytes, c.range_bytes, c.cache_hits,
+        c.daemon_allocations, c.grpc_allocations, c.opens_arena, c.opens_cached, c.opens_import,
+        c.opens_grpc, c.mapping_cache_misses, c.mapping_cache_evictions, c.mapping_cache_bytes}) {
     w.U64(v);
   }
 }
@@ -95,98 +95,224 @@ absl::Status Refuse(std::string_view why) {
 
 }  // namespace
 
-bool FitsFlatCall(const v1::Call& call) {
-  switch (call.request_case()) {
-    case v1::Call::kOpen:
-      return call.open().ref().name().size() <= kMaxString;
-    case v1::Call::kPublish: {
-      const v1::PublishRequest& p = call.publish();
-      return p.name().size() <= kMaxString &&
-             p.tensor().shape_size() <= static_cast<int>(kMaxCount) &&
-             p.tensor().strides_size() <= static_cast<int>(kMaxCount);
-    }
-    case v1::Call::kRelease:
-      return true;
-    case v1::Call::kClaim:
-      return call.claim().secret().size() <= kMaxString;
-    default:
-      return false;
-  }
-}
+namespace {
 
-bool AppendFlatCall(const v1::Call& call, std::string* out) {
-  if (!FitsFlatCall(call)) return false;
-  Writer w(out);
-  uint8_t which = 0;
-  uint8_t flags = call.has_counters() ? kFlagCounters : 0;
-  int n_shape = 0, n_strides = 0;
+// The facts of `call` (one that FitsFlatCall), as views into it.
+FlatCallFacts FactsOf(const v1::Call& call) {
+  FlatCallFacts f;
+  f.request_id = call.request_id();
+  f.has_counters = call.has_counters();
+  if (f.has_counters) {
+    const v1::ClientCounters& c = call.counters();
+    f.counters = {c.allocations(),
+                  c.in_use_blocks(),
+                  c.in_use_bytes(),
+                  c.range_bytes(),
+                  c.cache_hits(),
+                  c.daemon_allocations(),
+                  c.grpc_allocations(),
+                  c.opens_arena(),
+                  c.opens_cached(),
+                  c.opens_import(),
+                  c.opens_grpc(),
+                  c.mapping_cache_misses(),
+                  c.mapping_cache_evictions(),
+                  c.mapping_cache_bytes()};
+  }
   switch (call.request_case()) {
     case v1::Call::kOpen: {
       const v1::OpenRequest& o = call.open();
-      which = kWhichOpen;
-      flags |= (o.ref().ref_case() == v1::BufferRef::kId ? kFlagById : 0) |
-               (o.ref().ref_case() == v1::BufferRef::kName ? kFlagByName : 0) |
-               (o.wait() ? kFlagWait : 0) | (o.allow_unsealed() ? kFlagAllowUnsealed : 0);
+      f.kind = FlatCallFacts::Kind::kOpen;
+      f.by_id = o.ref().ref_case() == v1::BufferRef::kId;
+      f.by_name = o.ref().ref_case() == v1::BufferRef::kName;
+      f.id = o.ref().id();
+      f.name = o.ref().name();
+      f.wait = o.wait();
+      f.allow_unsealed = o.allow_unsealed();
+      f.timeout_ms = o.timeout_ms();
+      f.awake_us = o.awake_us();
       break;
     }
     case v1::Call::kPublish: {
       const v1::PublishRequest& p = call.publish();
-      which = kWhichPublish;
-      flags |= (p.seal() ? kFlagSeal : 0) | (p.has_tensor() ? kFlagTensor : 0);
-      n_shape = p.tensor().shape_size();
-      n_strides = p.tensor().strides_size();
+      const v1::TensorDescriptor& t = p.tensor();
+      f.kind = FlatCallFacts::Kind::kPublish;
+      f.seal = p.seal();
+      f.has_tensor = p.has_tensor();
+      f.dtype = t.dtype();
+      f.range_id = p.range_id();
+      f.offset = p.offset();
+      f.reserved = p.reserved();
+      f.size = p.size();
+      f.fence_offset = p.fence_offset();
+      f.fence_value = p.fence_value();
+      f.byte_offset = t.byte_offset();
+      f.shape = std::span<const int64_t>(t.shape().data(), static_cast<size_t>(t.shape_size()));
+      f.strides =
+          std::span<const int64_t>(t.strides().data(), static_cast<size_t>(t.strides_size()));
+      f.name = p.name();
       break;
     }
     case v1::Call::kRelease:
-      which = kWhichRelease;
-      flags |= (call.release().free() ? kFlagFree : 0) |
-               (call.release().keep_mapping() ? kFlagKeepMapping : 0);
+      f.kind = FlatCallFacts::Kind::kRelease;
+      f.id = call.release().id();
+      f.free = call.release().free();
+      f.keep_mapping = call.release().keep_mapping();
       break;
-    default:  // kClaim (FitsFlatCall)
-      which = kWhichClaim;
+    default:  // kClaim
+      f.kind = FlatCallFacts::Kind::kClaim;
+      f.secret = call.claim().secret();
       break;
   }
-  w.U8(kLayout);
-  w.U8(which);
-  w.U8(flags);
-  w.U8(static_cast<uint8_t>(n_shape));
-  w.U8(static_cast<uint8_t>(n_strides));
-  w.U8(0);
-  w.U8(0);
-  w.U8(0);
-  w.U64(call.request_id());
-  if (call.has_counters()) WriteCounters(call.counters(), w);
-  switch (which) {
-    case kWhichOpen: {
-      const v1::OpenRequest& o = call.open();
-      w.U64(o.ref().id());
-      w.U64(o.timeout_ms());
-      w.U64(o.awake_us());
-      w.Str(o.ref().name());
+  return f;
+}
+
+bool IsFlatKind(v1::Call::RequestCase c) {
+  return c == v1::Call::kOpen || c == v1::Call::kPublish || c == v1::Call::kRelease ||
+         c == v1::Call::kClaim;
+}
+
+bool Fits(const FlatCallFacts& f) {
+  return f.name.size() <= kMaxString && f.secret.size() <= kMaxString &&
+         f.shape.size() <= kMaxCount && f.strides.size() <= kMaxCount;
+}
+
+}  // namespace
+
+bool FitsFlatCall(const v1::Call& call) {
+  return IsFlatKind(call.request_case()) && Fits(FactsOf(call));
+}
+
+bool AppendFlatCall(const v1::Call& call, std::string* out) {
+  return IsFlatKind(call.request_case()) && AppendFlatCall(FactsOf(call), out);
+}
+
+bool AppendFlatCall(const FlatCallFacts& f, std::string* out) {
+  if (!Fits(f)) return false;
+  using Kind = FlatCallFacts::Kind;
+  uint8_t flags = f.has_counters ? kFlagCounters : 0;
+  // A Publish's tensor, when it has one; no other kind has dimensions.
+  const bool dims = f.kind == Kind::kPublish && f.has_tensor;
+  switch (f.kind) {
+    case Kind::kOpen:
+      flags |= (f.by_id ? kFlagById : 0) | (f.by_name ? kFlagByName : 0) |
+               (f.wait ? kFlagWait : 0) | (f.allow_unsealed ? kFlagAllowUnsealed : 0);
       break;
-    }
-    case kWhichPublish: {
-      const v1::PublishRequest& p = call.publish();
-      const v1::TensorDescriptor& t = p.tensor();
-      w.U32(static_cast<uint32_t>(t.dtype()));
-      w.U32(0);
-      for (uint64_t v : {p.range_id(), p.offset(), p.reserved(), p.size(), p.fence_offset(),
-                         p.fence_value(), t.byte_offset()}) {
-        w.U64(v);
-      }
-      for (int64_t d : t.shape()) w.U64(static_cast<uint64_t>(d));
-      for (int64_t d : t.strides()) w.U64(static_cast<uint64_t>(d));
-      w.Str(p.name());
+    case Kind::kPublish:
+      flags |= (f.seal ? kFlagSeal : 0) | (f.has_tensor ? kFlagTensor : 0);
       break;
-    }
-    case kWhichRelease:
-      w.U64(call.release().id());
+    case Kind::kRelease:
+      flags |= (f.free ? kFlagFree : 0) | (f.keep_mapping ? kFlagKeepMapping : 0);
+      break;
+    case Kind::kClaim:
       break;
     default:
-      w.Str(call.claim().secret());
+      return false;
+  }
+  Writer w(out);
+  w.U8(kLayout);
+  w.U8(static_cast<uint8_t>(f.kind));
+  w.U8(flags);
+  w.U8(dims ? static_cast<uint8_t>(f.shape.size()) : 0);
+  w.U8(dims ? static_cast<uint8_t>(f.strides.size()) : 0);
+  w.U8(0);
+  w.U8(0);
+  w.U8(0);
+  w.U64(f.request_id);
+  if (f.has_counters) WriteCounters(f.counters, w);
+  switch (f.kind) {
+    case Kind::kOpen:
+      // A part the flags say is absent is written as zero (one form per Call).
+      w.U64(f.by_id ? f.id : 0);
+      w.U64(f.timeout_ms);
+      w.U64(f.awake_us);
+      w.Str(f.by_name ? f.name : std::string_view());
+      break;
+    case Kind::kPublish:
+      w.U32(f.has_tensor ? static_cast<uint32_t>(f.dtype) : 0);
+      w.U32(0);
+      for (uint64_t v : {f.range_id, f.offset, f.reserved, f.size, f.fence_offset, f.fence_value,
+                         f.has_tensor ? f.byte_offset : 0}) {
+        w.U64(v);
+      }
+      if (dims) {
+        for (int64_t d : f.shape) w.U64(static_cast<uint64_t>(d));
+        for (int64_t d : f.strides) w.U64(static_cast<uint64_t>(d));
+      }
+      w.Str(f.name);
+      break;
+    case Kind::kRelease:
+      w.U64(f.id);
+      break;
+    default:
+      w.Str(f.secret);
       break;
   }
   return true;
+}
+
+void ToCall(const FlatCallFacts& f, v1::Call* out) {
+  out->Clear();
+  out->set_request_id(f.request_id);
+  if (f.has_counters) {
+    v1::ClientCounters* c = out->mutable_counters();
+    const FlatCallFacts::Counters& v = f.counters;
+    c->set_allocations(v.allocations);
+    c->set_in_use_blocks(v.in_use_blocks);
+    c->set_in_use_bytes(v.in_use_bytes);
+    c->set_range_bytes(v.range_bytes);
+    c->set_cache_hits(v.cache_hits);
+    c->set_daemon_allocations(v.daemon_allocations);
+    c->set_grpc_allocations(v.grpc_allocations);
+    c->set_opens_arena(v.opens_arena);
+    c->set_opens_cached(v.opens_cached);
+    c->set_opens_import(v.opens_import);
+    c->set_opens_grpc(v.opens_grpc);
+    c->set_mapping_cache_misses(v.mapping_cache_misses);
+    c->set_mapping_cache_evictions(v.mapping_cache_evictions);
+    c->set_mapping_cache_bytes(v.mapping_cache_bytes);
+  }
+  switch (f.kind) {
+    case FlatCallFacts::Kind::kOpen: {
+      v1::OpenRequest* o = out->mutable_open();
+      if (f.by_id) o->mutable_ref()->set_id(f.id);
+      if (f.by_name) o->mutable_ref()->set_name(f.name.data(), f.name.size());
+      o->set_wait(f.wait);
+      o->set_allow_unsealed(f.allow_unsealed);
+      o->set_timeout_ms(f.timeout_ms);
+      o->set_awake_us(f.awake_us);
+      break;
+    }
+    case FlatCallFacts::Kind::kPublish: {
+      v1::PublishRequest* p = out->mutable_publish();
+      p->set_range_id(f.range_id);
+      p->set_offset(f.offset);
+      p->set_reserved(f.reserved);
+      p->set_size(f.size);
+      p->set_name(f.name.data(), f.name.size());
+      p->set_seal(f.seal);
+      p->set_fence_offset(f.fence_offset);
+      p->set_fence_value(f.fence_value);
+      if (f.has_tensor) {
+        v1::TensorDescriptor* t = p->mutable_tensor();
+        t->set_dtype(static_cast<v1::DType>(f.dtype));
+        t->mutable_shape()->Add(f.shape.begin(), f.shape.end());
+        t->mutable_strides()->Add(f.strides.begin(), f.strides.end());
+        t->set_byte_offset(f.byte_offset);
+      }
+      break;
+    }
+    case FlatCallFacts::Kind::kRelease: {
+      v1::ReleaseRequest* r = out->mutable_release();
+      r->set_id(f.id);
+      r->set_free(f.free);
+      r->set_keep_mapping(f.keep_mapping);
+      break;
+    }
+    case FlatCallFacts::Kind::kClaim:
+      out->mutable_claim()->set_secret(f.secret.data(), f.secret.size());
+      break;
+  }
 }
 
 absl::Status DecodeFlatCall(std::string_view body, v1::Call* out) {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -22,6 +24,48 @@ namespace gpubroker {
 /// decoder refuses anything that is not exactly one call of a layout it
 /// knows, and what it accepts is a Call that a protobuf frame could have
 /// carried (strings well-formed UTF-8), checked by the same code after.
+
+/// What a flat call says, field for field, with no message in between: the
+/// client fills it from its own books and writes its call from it (the
+/// calls' counterpart of FlatAnswerFacts). Strings and lists are views,
+/// valid while it is written; the fields of the other kinds stay zero.
+struct FlatCallFacts {
+  enum class Kind : uint8_t { kOpen = 1, kPublish = 2, kRelease = 3, kClaim = 4 };
+  Kind kind = Kind::kOpen;
+  uint64_t request_id = 0;
+  // ClientCounters, when the call carries them.
+  bool has_counters = false;
+  struct Counters {
+    uint64_t allocations = 0, in_use_blocks = 0, in_use_bytes = 0, range_bytes = 0, cache_hits = 0,
+             daemon_allocations = 0, grpc_allocations = 0, opens_arena = 0, opens_cached = 0,
+             opens_import = 0, opens_grpc = 0, mapping_cache_misses = 0,
+             mapping_cache_evictions = 0, mapping_cache_bytes = 0;
+  } counters;
+  // Open: its BufferRef (by id, by name, or neither), and Release: its id.
+  bool by_id = false, by_name = false;
+  uint64_t id = 0;
+  std::string_view name;  // Open (by name) and Publish
+  bool wait = false, allow_unsealed = false;
+  uint64_t timeout_ms = 0, awake_us = 0;
+  // Publish.
+  bool seal = false, has_tensor = false;
+  int32_t dtype = 0;
+  uint64_t range_id = 0, offset = 0, reserved = 0, size = 0, fence_offset = 0, fence_value = 0,
+           byte_offset = 0;
+  std::span<const int64_t> shape, strides;
+  // Release.
+  bool free = false, keep_mapping = false;
+  // Claim.
+  std::string_view secret;
+};
+
+/// Appends `facts` to `out` in the flat layout, the very bytes that
+/// AppendFlatCall writes for the Call that says the same. False, with
+/// nothing written, when they do not fit the layout's bounds.
+bool AppendFlatCall(const FlatCallFacts& facts, std::string* out);
+
+/// The Call that `facts` say, for a daemon that reads protobuf only.
+void ToCall(const FlatCallFacts& facts, v1::Call* out);
 
 /// Whether `call` is one that AppendFlatCall writes: an Open, a Publish, a
 /// Release or a Claim whose strings and lists fit the layout's bounds. The

@@ -43,14 +43,29 @@ std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat) {
   return out;
 }
 
-bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out) {
+namespace {
+
+// Appends a flat frame whose body `append_body(out)` writes; nothing when
+// it does not (or the body is too long).
+template <typename AppendBody>
+bool AppendFlatFrame(std::string* out, AppendBody append_body) {
   const size_t start = out->size();
   out->append(kFrameHeaderBytes, '\0');  // the length, once the body is known
-  if (!AppendFlatAnswer(facts, out) || !SealFlatFrame(out, start)) {
+  if (!append_body(out) || !SealFlatFrame(out, start)) {
     out->resize(start);
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out) {
+  return AppendFlatFrame(out, [&](std::string* o) { return AppendFlatAnswer(facts, o); });
+}
+
+bool AppendFlatCallFrame(const FlatCallFacts& facts, std::string* out) {
+  return AppendFlatFrame(out, [&](std::string* o) { return AppendFlatCall(facts, o); });
 }
 
 void FrameDecoder::Append(std::string_view bytes) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/wire/flat_answer.h"
+#include "common/wire/flat_call.h"
 #include "gpubroker/v1/session.pb.h"
 
 namespace gpubroker {
@@ -35,6 +36,12 @@ std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat);
 /// the same bytes as EncodeFrameFor writes for the Reply that says the same.
 /// False, with nothing written, when they do not fit the layout.
 bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out);
+
+/// Appends to `out` the flat frame of a call written straight from its facts
+/// (the client's own books, no message in between): the same bytes as
+/// EncodeFrameFor writes for the Call that says the same. False, with
+/// nothing written, when they do not fit the layout.
+bool AppendFlatCallFrame(const FlatCallFacts& facts, std::string* out);
 
 /// Reassembles frames from a byte stream that arrives in arbitrary pieces.
 /// A malformed stream (length over kMaxFrameBytes, a body that does not parse,

@@ -68,6 +68,102 @@ TEST(FlatCall, CarriesEveryFieldOfEachCallItCarries) {
   }
 }
 
+// The client writes its calls from their facts, with no message
+// (FlatCallFacts): the bytes are those of the Call the facts say (ToCall,
+// which a daemon that reads protobuf only gets), and the daemon reads that
+// Call back from them, every field set, for each kind, and with the parts
+// the facts say are absent left out whatever their fields hold.
+TEST(FlatCall, FactsWriteTheBytesOfTheCallTheySay) {
+  const int64_t shape[] = {-3, 4096, 7};
+  const int64_t strides[] = {8192, 2, -1};
+  std::vector<FlatCallFacts> all;
+  for (auto kind : {FlatCallFacts::Kind::kOpen, FlatCallFacts::Kind::kPublish,
+                    FlatCallFacts::Kind::kRelease, FlatCallFacts::Kind::kClaim}) {
+    FlatCallFacts f;
+    f.kind = kind;
+    f.request_id = 0x8000000000000001ull + static_cast<uint64_t>(kind);
+    f.has_counters = true;
+    uint64_t v = 1;
+    for (uint64_t* c :
+         {&f.counters.allocations, &f.counters.in_use_blocks, &f.counters.in_use_bytes,
+          &f.counters.range_bytes, &f.counters.cache_hits, &f.counters.daemon_allocations,
+          &f.counters.grpc_allocations, &f.counters.opens_arena, &f.counters.opens_cached,
+          &f.counters.opens_import, &f.counters.opens_grpc, &f.counters.mapping_cache_misses,
+          &f.counters.mapping_cache_evictions, &f.counters.mapping_cache_bytes}) {
+      *c = (v++ << 40) + 3;
+    }
+    switch (kind) {
+      case FlatCallFacts::Kind::kOpen:
+        f.by_name = true;
+        f.name = "frames.\xc3\xa9t\xc3\xa9";
+        f.wait = f.allow_unsealed = true;
+        f.timeout_ms = 30000;
+        f.awake_us = 250;
+        break;
+      case FlatCallFacts::Kind::kPublish:
+        f.seal = f.has_tensor = true;
+        f.dtype = 12;
+        f.range_id = 5;
+        f.offset = uint64_t{1} << 40;
+        f.reserved = 1 << 21;
+        f.size = (1 << 21) - 3;
+        f.fence_offset = 4096;
+        f.fence_value = uint64_t{1} << 63;
+        f.byte_offset = 64;
+        f.shape = shape;
+        f.strides = strides;
+        f.name = "kv.layer.17";
+        break;
+      case FlatCallFacts::Kind::kRelease:
+        f.id = 0xffffffffffffffffull;
+        f.free = f.keep_mapping = true;
+        break;
+      case FlatCallFacts::Kind::kClaim:
+        f.secret = std::string_view(
+            "s\0e\xff"
+            "cret",
+            8);
+        break;
+    }
+    all.push_back(f);
+  }
+  // Parts said absent, their fields set anyway.
+  FlatCallFacts by_id = all[0];
+  by_id.by_name = false;
+  by_id.by_id = true;
+  by_id.id = 77;
+  all.push_back(by_id);
+  FlatCallFacts no_tensor = all[1];
+  no_tensor.has_tensor = false;
+  no_tensor.has_counters = false;
+  all.push_back(no_tensor);
+  for (const FlatCallFacts& f : all) {
+    SCOPED_TRACE(static_cast<int>(f.kind));
+    std::string bytes;
+    ASSERT_TRUE(AppendFlatCall(f, &bytes));
+    v1::Call said;
+    ToCall(f, &said);
+    std::string from_message;
+    ASSERT_TRUE(AppendFlatCall(said, &from_message));
+    EXPECT_EQ(bytes, from_message);
+    v1::Call read;
+    ASSERT_TRUE(DecodeFlatCall(bytes, &read).ok());
+    EXPECT_TRUE(MessageDifferencer::Equals(read, said)) << read.DebugString() << said.DebugString();
+    // And the frame, as the client sends it.
+    std::string frame;
+    ASSERT_TRUE(AppendFlatCallFrame(f, &frame));
+    v1::SessionFrame wrapped;
+    *wrapped.mutable_call() = said;
+    EXPECT_EQ(frame, EncodeFrameFor(wrapped, FlatFrames::kCalls));
+  }
+  FlatCallFacts too_long = all[0];
+  const std::string name(70000, 'n');
+  too_long.name = name;
+  std::string out = "kept";
+  EXPECT_FALSE(AppendFlatCallFrame(too_long, &out));
+  EXPECT_EQ(out, "kept");
+}
+
 TEST(FlatCall, KeepsWhichPartsArePresent) {
   std::vector<v1::Call> calls;
   v1::Call c;
