@@ -355,6 +355,40 @@ int main(int argc, char** argv) {
     if (!grant.TakeFlat(std::move(kept)).ok()) return;
     g_sink = grant.import.offset + grant.info.name.size();
   };
+  // The consumer's Open call and the producer's Publish written straight
+  // from their facts, as the client writes them now (no message).
+  auto open_call_from_facts = [&] {
+    gpubroker::FlatCallFacts call;
+    call.kind = gpubroker::FlatCallFacts::Kind::kOpen;
+    call.request_id = 42;
+    call.by_name = true;
+    call.name = "handover.64MiB.17";
+    std::string out;
+    gpubroker::AppendFlatCallFrame(call, &out);
+    g_sink = out.size();
+  };
+  const int64_t publish_shape[] = {4096, 4096};
+  auto publish_from_facts = [&] {
+    gpubroker::FlatCallFacts call;
+    call.kind = gpubroker::FlatCallFacts::Kind::kPublish;
+    call.request_id = 41;
+    call.seal = call.has_tensor = true;
+    call.dtype = DTYPE_FLOAT32;
+    call.shape = publish_shape;
+    call.range_id = 5;
+    call.offset = 1 << 26;
+    call.reserved = call.size = 64 << 20;
+    call.fence_offset = 4096;
+    call.fence_value = 99;
+    call.name = "handover.64MiB.17";
+    std::string out;
+    gpubroker::AppendFlatCallFrame(call, &out);
+    g_sink = out.size();
+  };
+  steps.push_back(
+      {"the Open call's flat frame written from its facts, no message", open_call_from_facts});
+  steps.push_back(
+      {"the Publish's flat frame written from its facts, no message", publish_from_facts});
   steps.push_back({"the flat answer read into the message, then the client's facts",
                    read_answer_through_message});
   steps.push_back(
@@ -366,6 +400,10 @@ int main(int argc, char** argv) {
        }});
   steps.push_back({"  the same, the answer read in place", [&] {
                      encode_flat_open_call();
+                     read_answer_in_place();
+                   }});
+  steps.push_back({"  the same, the call from its facts too (no message either way)", [&] {
+                     open_call_from_facts();
                      read_answer_in_place();
                    }});
   steps.push_back({"the answer built on the arena, written flat (EncodeFrameFor)",
