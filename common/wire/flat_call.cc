@@ -72,23 +72,6 @@ void WriteCounters(const FlatCallFacts::Counters& c, Writer& w) {
   }
 }
 
-void ReadCounters(Reader& r, v1::ClientCounters* c) {
-  c->set_allocations(r.U64());
-  c->set_in_use_blocks(r.U64());
-  c->set_in_use_bytes(r.U64());
-  c->set_range_bytes(r.U64());
-  c->set_cache_hits(r.U64());
-  c->set_daemon_allocations(r.U64());
-  c->set_grpc_allocations(r.U64());
-  c->set_opens_arena(r.U64());
-  c->set_opens_cached(r.U64());
-  c->set_opens_import(r.U64());
-  c->set_opens_grpc(r.U64());
-  c->set_mapping_cache_misses(r.U64());
-  c->set_mapping_cache_evictions(r.U64());
-  c->set_mapping_cache_bytes(r.U64());
-}
-
 absl::Status Refuse(std::string_view why) {
   return absl::InvalidArgumentError(StrCat("flat call: ", why));
 }
@@ -315,8 +298,10 @@ void ToCall(const FlatCallFacts& f, v1::Call* out) {
   }
 }
 
-absl::Status DecodeFlatCall(std::string_view body, v1::Call* out) {
-  out->Clear();
+absl::Status DecodeFlatCall(std::string_view body, FlatCallRead* out) {
+  FlatCallFacts& f = out->facts_;
+  f = FlatCallFacts{};
+  out->dims_.clear();
   Reader r(body);
   const uint8_t layout = r.U8();
   const uint8_t which = r.U8();
@@ -339,72 +324,89 @@ absl::Status DecodeFlatCall(std::string_view body, v1::Call* out) {
   if (which != kWhichPublish && (n_shape | n_strides) != 0) {
     return Refuse("a shape in a call that has none");
   }
-  out->set_request_id(r.U64());
-  if (flags & kFlagCounters) ReadCounters(r, out->mutable_counters());
+  f.kind = static_cast<FlatCallFacts::Kind>(which);
+  f.request_id = r.U64();
+  f.has_counters = (flags & kFlagCounters) != 0;
+  if (f.has_counters) {
+    FlatCallFacts::Counters& c = f.counters;
+    for (uint64_t* v : {&c.allocations, &c.in_use_blocks, &c.in_use_bytes, &c.range_bytes,
+                        &c.cache_hits, &c.daemon_allocations, &c.grpc_allocations, &c.opens_arena,
+                        &c.opens_cached, &c.opens_import, &c.opens_grpc, &c.mapping_cache_misses,
+                        &c.mapping_cache_evictions, &c.mapping_cache_bytes}) {
+      *v = r.U64();
+    }
+  }
   bool consistent = true;  // no field the flags say is absent holds a value
   bool utf8 = true;        // the strings of `string` fields
   switch (which) {
-    case kWhichOpen: {
-      v1::OpenRequest* o = out->mutable_open();
-      const uint64_t id = r.U64();
-      o->set_timeout_ms(r.U64());
-      o->set_awake_us(r.U64());
-      std::string name;
-      r.Str(&name);
-      o->set_wait((flags & kFlagWait) != 0);
-      o->set_allow_unsealed((flags & kFlagAllowUnsealed) != 0);
-      const bool by_id = (flags & kFlagById) != 0, by_name = (flags & kFlagByName) != 0;
-      consistent = !(by_id && by_name) && (by_id || id == 0) && (by_name || name.empty());
-      utf8 = IsUtf8(name);
-      if (by_id) o->mutable_ref()->set_id(id);
-      if (by_name) o->mutable_ref()->set_name(std::move(name));
+    case kWhichOpen:
+      f.id = r.U64();
+      f.timeout_ms = r.U64();
+      f.awake_us = r.U64();
+      f.name = r.View();
+      f.wait = (flags & kFlagWait) != 0;
+      f.allow_unsealed = (flags & kFlagAllowUnsealed) != 0;
+      f.by_id = (flags & kFlagById) != 0;
+      f.by_name = (flags & kFlagByName) != 0;
+      consistent =
+          !(f.by_id && f.by_name) && (f.by_id || f.id == 0) && (f.by_name || f.name.empty());
+      utf8 = IsUtf8(f.name);
       break;
-    }
     case kWhichPublish: {
-      v1::PublishRequest* p = out->mutable_publish();
-      v1::TensorDescriptor* t = p->mutable_tensor();
-      t->set_dtype(static_cast<v1::DType>(static_cast<int32_t>(r.U32())));
+      f.dtype = static_cast<int32_t>(r.U32());
       const uint32_t pad3 = r.U32();
-      p->set_range_id(r.U64());
-      p->set_offset(r.U64());
-      p->set_reserved(r.U64());
-      p->set_size(r.U64());
-      p->set_fence_offset(r.U64());
-      p->set_fence_value(r.U64());
-      t->set_byte_offset(r.U64());
-      for (int i = 0; i < n_shape; ++i) t->add_shape(static_cast<int64_t>(r.U64()));
-      for (int i = 0; i < n_strides; ++i) t->add_strides(static_cast<int64_t>(r.U64()));
-      r.Str(p->mutable_name());
-      p->set_seal((flags & kFlagSeal) != 0);
-      utf8 = IsUtf8(p->name());
-      if ((flags & kFlagTensor) == 0) {
-        consistent = t->ByteSizeLong() == 0;  // written as zeros
-        p->clear_tensor();
+      f.range_id = r.U64();
+      f.offset = r.U64();
+      f.reserved = r.U64();
+      f.size = r.U64();
+      f.fence_offset = r.U64();
+      f.fence_value = r.U64();
+      f.byte_offset = r.U64();
+      for (int i = 0; i < n_shape + n_strides; ++i) {
+        out->dims_.push_back(static_cast<int64_t>(r.U64()));
       }
-      consistent = consistent && pad3 == 0;
+      f.shape = std::span<const int64_t>(out->dims_.data(), n_shape);
+      f.strides = std::span<const int64_t>(out->dims_.data() + n_shape, n_strides);
+      f.name = r.View();
+      f.seal = (flags & kFlagSeal) != 0;
+      f.has_tensor = (flags & kFlagTensor) != 0;
+      utf8 = IsUtf8(f.name);
+      // A tensor said absent is written as zeros.
+      consistent =
+          pad3 == 0 &&
+          (f.has_tensor || (f.dtype == 0 && f.byte_offset == 0 && n_shape == 0 && n_strides == 0));
       break;
     }
-    case kWhichRelease: {
-      v1::ReleaseRequest* rel = out->mutable_release();
-      rel->set_id(r.U64());
-      rel->set_free((flags & kFlagFree) != 0);
-      rel->set_keep_mapping((flags & kFlagKeepMapping) != 0);
+    case kWhichRelease:
+      f.id = r.U64();
+      f.free = (flags & kFlagFree) != 0;
+      f.keep_mapping = (flags & kFlagKeepMapping) != 0;
       break;
-    }
     default:
-      r.Str(out->mutable_claim()->mutable_secret());
+      f.secret = r.View();
       break;
   }
+  absl::Status refused;
   if (!r.done()) {
-    out->Clear();
-    return Refuse(StrCat(body.size(), " bytes ",
-                         r.ok() ? "with bytes past the call's end" : "that end inside the call"));
+    refused =
+        Refuse(StrCat(body.size(), " bytes ",
+                      r.ok() ? "with bytes past the call's end" : "that end inside the call"));
+  } else if (!consistent || !utf8) {
+    refused = Refuse(utf8 ? "a field that its flags say is absent holds a value"
+                          : "a name that is not UTF-8");
   }
-  if (!consistent || !utf8) {
-    out->Clear();
-    return Refuse(utf8 ? "a field that its flags say is absent holds a value"
-                       : "a name that is not UTF-8");
+  if (!refused.ok()) {
+    f = FlatCallFacts{};
+    out->dims_.clear();
   }
+  return refused;
+}
+
+absl::Status DecodeFlatCall(std::string_view body, v1::Call* out) {
+  out->Clear();
+  FlatCallRead read;
+  if (absl::Status st = DecodeFlatCall(body, &read); !st.ok()) return st;
+  ToCall(read.facts(), out);
   return absl::OkStatus();
 }
 

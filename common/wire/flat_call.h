@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "gpubroker/v1/session.pb.h"
 
@@ -77,8 +78,32 @@ bool FitsFlatCall(const v1::Call& call);
 /// written, when it is not one that FitsFlatCall.
 bool AppendFlatCall(const v1::Call& call, std::string* out);
 
-/// Reads a flat call into `out` (cleared first). INVALID_ARGUMENT for bytes
-/// that are not exactly one flat call of a layout this build knows.
+/// A flat call read in place, with no message made: the daemon serves the
+/// calls of a hand-over's path from it. `facts` views the body it was read
+/// from, which must outlive it, and `dims_` (a Publish's shape and strides,
+/// which the layout does not align). Filled in place; neither copied nor
+/// moved.
+class FlatCallRead {
+ public:
+  FlatCallRead() = default;
+  FlatCallRead(const FlatCallRead&) = delete;
+  FlatCallRead& operator=(const FlatCallRead&) = delete;
+
+  const FlatCallFacts& facts() const { return facts_; }
+
+ private:
+  friend absl::Status DecodeFlatCall(std::string_view body, FlatCallRead* out);
+  FlatCallFacts facts_;
+  absl::InlinedVector<int64_t, 8> dims_;  // shape, then strides
+};
+
+/// Reads a flat call: the one reader of the layout. INVALID_ARGUMENT for
+/// bytes that are not exactly one flat call of a layout this build knows,
+/// or not a Call that protobuf could have carried (`out` is then cleared).
+absl::Status DecodeFlatCall(std::string_view body, FlatCallRead* out);
+
+/// Reads a flat call into `out` (cleared first), through the reader above:
+/// the Call its facts say. INVALID_ARGUMENT as it says.
 absl::Status DecodeFlatCall(std::string_view body, v1::Call* out);
 
 }  // namespace gpubroker

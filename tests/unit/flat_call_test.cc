@@ -164,6 +164,30 @@ TEST(FlatCall, FactsWriteTheBytesOfTheCallTheySay) {
   EXPECT_EQ(out, "kept");
 }
 
+// The daemon reads a call in place (FlatCallRead) and serves the calls of
+// a hand-over from it: what it reads writes back as the very same bytes,
+// the strings viewing the body, for every field of each kind.
+TEST(FlatCall, ReadInPlaceGivesBackEveryFieldAsWritten) {
+  for (auto which : kCarried) {
+    SCOPED_TRACE(static_cast<int>(which));
+    std::string bytes;
+    ASSERT_TRUE(AppendFlatCall(EveryFieldCall(which), &bytes));
+    FlatCallRead read;
+    ASSERT_TRUE(DecodeFlatCall(bytes, &read).ok());
+    EXPECT_EQ(read.facts().request_id, 0xfedcba9876543210ull);
+    std::string again;
+    ASSERT_TRUE(AppendFlatCall(read.facts(), &again));
+    EXPECT_EQ(again, bytes);
+    for (std::string_view s : {read.facts().name, read.facts().secret}) {
+      if (s.empty()) continue;
+      EXPECT_TRUE(s.data() >= bytes.data() && s.data() + s.size() <= bytes.data() + bytes.size());
+    }
+    // A refused call leaves no facts behind.
+    EXPECT_FALSE(DecodeFlatCall(bytes.substr(0, bytes.size() - 1), &read).ok());
+    EXPECT_EQ(read.facts().request_id, 0u);
+  }
+}
+
 TEST(FlatCall, KeepsWhichPartsArePresent) {
   std::vector<v1::Call> calls;
   v1::Call c;
