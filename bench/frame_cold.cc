@@ -328,6 +328,28 @@ int main(int argc, char** argv) {
                      read_call(flat_open_call);
                      write_answer_from_grant();
                    }});
+  // The daemon's side with no message either way: the call read in place
+  // (FlatCallRead), as the session server serves an Open, a Publish or a
+  // Release now, and the key it opens by made from it.
+  auto read_call_in_place = [&](const std::string& frame) {
+    gpubroker::FrameDecoder d;
+    d.AcceptFlatCalls();
+    d.Append(frame);
+    auto body = d.NextBody();
+    if (!body.ok() || !body->has_value()) return;
+    gpubroker::FlatCallRead call;
+    if (!gpubroker::DecodeFlatCall((*body)->bytes, &call).ok()) return;
+    const std::string name(call.facts().name);  // the registry's key holds its name
+    g_sink = call.facts().request_id + name.size();
+  };
+  steps.push_back({"the flat Open call read in place by the daemon (its facts)",
+                   [&] { read_call_in_place(flat_open_call); }});
+  steps.push_back({"the flat Publish read in place by the daemon (its facts)",
+                   [&] { read_call_in_place(flat_publish); }});
+  steps.push_back({"  the daemon's turn, the call read in place, the answer from the grant", [&] {
+                     read_call_in_place(flat_open_call);
+                     write_answer_from_grant();
+                   }});
   // The consumer's half: the answer read as the client read it before (into
   // the message, then into its own description), and as it reads it now, in
   // place (the frame decoder's body checked, kept as the call's slot keeps

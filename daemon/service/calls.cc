@@ -103,20 +103,34 @@ std::optional<absl::Status> BrokerCalls::OpenAsyncGrant(
     const SessionView& s, const v1::OpenRequest& req,
     std::chrono::steady_clock::time_point deadline, BufferGrant* grant, GrantAnswer done,
     WaitId* parked, bool* absent) {
+  return DoOpen(s, {FromProto(req.ref()), req.wait(), req.allow_unsealed(), req.timeout_ms()},
+                deadline, grant, std::move(done), parked, absent);
+}
+
+std::optional<absl::Status> BrokerCalls::OpenAsyncGrant(
+    const SessionView& s, const FlatCallFacts& call, std::chrono::steady_clock::time_point deadline,
+    BufferGrant* grant, GrantAnswer done, WaitId* parked, bool* absent) {
+  return DoOpen(s, {FromFlatRef(call), call.wait, call.allow_unsealed, call.timeout_ms}, deadline,
+                grant, std::move(done), parked, absent);
+}
+
+std::optional<absl::Status> BrokerCalls::DoOpen(const SessionView& s, OpenAsk ask,
+                                                std::chrono::steady_clock::time_point deadline,
+                                                BufferGrant* grant, GrantAnswer done,
+                                                WaitId* parked, bool* absent) {
   if (absent != nullptr) *absent = false;
-  auto key = FromProto(req.ref());
-  if (!key.ok()) {
+  if (!ask.key.ok()) {
     metrics_.Open("invalid");
-    return Refuse("Open", &s, key.status());
+    return Refuse("Open", &s, ask.key.status());
   }
   OpenParams params;
-  params.wait = req.wait();
-  params.allow_unsealed = req.allow_unsealed();
+  params.wait = ask.wait;
+  params.allow_unsealed = ask.allow_unsealed;
   params.deadline = deadline;
-  if (req.wait() && req.timeout_ms() > 0) {
+  if (ask.wait && ask.timeout_ms > 0) {
     // Saturated: a timeout of centuries is no timeout, not a wrapped deadline.
     const auto timeout = std::chrono::milliseconds(
-        std::min<uint64_t>(req.timeout_ms(), uint64_t{100} * 365 * 24 * 3600 * 1000));
+        std::min<uint64_t>(ask.timeout_ms, uint64_t{100} * 365 * 24 * 3600 * 1000));
     params.deadline = std::min(params.deadline, std::chrono::steady_clock::now() + timeout);
   }
   // Counts and logs the outcome: on this thread for an answer now, on the
@@ -127,11 +141,11 @@ std::optional<absl::Status> BrokerCalls::OpenAsyncGrant(
     return g;
   };
   auto answer = registry_.OpenOrPark(
-      s.id, *key, params,
+      s.id, *ask.key, params,
       [finish, done = std::move(done)](absl::StatusOr<BufferGrant> g) {
         done(finish(std::move(g)));
       },
-      parked, absent != nullptr && !req.wait() ? absent : nullptr);
+      parked, absent != nullptr && !ask.wait ? absent : nullptr);
   if (!answer) return std::nullopt;
   if (absent != nullptr && *absent) return std::nullopt;  // the caller looks ahead, then asks again
   absl::StatusOr<BufferGrant> g = finish(std::move(*answer));
@@ -149,7 +163,16 @@ absl::Status BrokerCalls::Seal(const SessionView& s, const v1::SealRequest& req,
 }
 
 absl::Status BrokerCalls::Release(const SessionView& s, const v1::ReleaseRequest& req) {
-  if (auto st = registry_.Release(s.id, req.id(), req.free(), req.keep_mapping()); !st.ok()) {
+  return DoRelease(s, req.id(), req.free(), req.keep_mapping());
+}
+
+absl::Status BrokerCalls::Release(const SessionView& s, const FlatCallFacts& call) {
+  return DoRelease(s, call.id, call.free, call.keep_mapping);
+}
+
+absl::Status BrokerCalls::DoRelease(const SessionView& s, BufferId id, bool free,
+                                    bool keep_mapping) {
+  if (auto st = registry_.Release(s.id, id, free, keep_mapping); !st.ok()) {
     return Refuse("Release", &s, st);
   }
   return absl::OkStatus();
@@ -201,6 +224,16 @@ absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest
   p.seal = req.seal();
   p.fence_offset = req.fence_offset();
   p.fence_value = req.fence_value();
+  return DoPublish(s, p, resp);
+}
+
+absl::Status BrokerCalls::Publish(const SessionView& s, const FlatCallFacts& call,
+                                  v1::PublishResponse* resp) {
+  return DoPublish(s, FromFlatPublish(call), resp);
+}
+
+absl::Status BrokerCalls::DoPublish(const SessionView& s, const PublishParams& p,
+                                    v1::PublishResponse* resp) {
   auto grant = registry_.Publish(s.id, p);
   if (!grant.ok()) return Refuse("Publish", &s, grant.status());
   ToProto(grant->buffer, resp->mutable_buffer());
@@ -233,6 +266,10 @@ absl::Status BrokerCalls::Claim(const SessionView& s, const v1::ClaimRequest& re
   return absl::OkStatus();
 }
 
+void BrokerCalls::RecordCounters(const SessionView& s, const FlatCallFacts::Counters& c) {
+  DoRecordCounters(s, FromFlat(c));
+}
+
 void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters& c) {
   ClientCounters counters;
   counters.allocations = c.allocations();
@@ -249,6 +286,10 @@ void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters&
   counters.mapping_cache_misses = c.mapping_cache_misses();
   counters.mapping_cache_evictions = c.mapping_cache_evictions();
   counters.mapping_cache_bytes = c.mapping_cache_bytes();
+  DoRecordCounters(s, counters);
+}
+
+void BrokerCalls::DoRecordCounters(const SessionView& s, const ClientCounters& counters) {
   metrics_.ClientReported(registry_.RecordCounters(s.id, counters));
 }
 

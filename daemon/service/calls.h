@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "common/wire/flat_call.h"
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/util/rate_limiter.h"
@@ -79,6 +80,17 @@ class BrokerCalls {
   absl::Status Claim(const SessionView& s, const v1::ClaimRequest& req, v1::OpenResponse* resp,
                      BufferGrant* grant = nullptr);
   void RecordCounters(const SessionView& s, const v1::ClientCounters& counters);
+
+  /// The calls of a hand-over's path as session.sock reads them flat
+  /// (common/wire/flat_call.h): served from their facts, with no message,
+  /// exactly as the message forms above serve them.
+  std::optional<absl::Status> OpenAsyncGrant(const SessionView& s, const FlatCallFacts& call,
+                                             std::chrono::steady_clock::time_point deadline,
+                                             BufferGrant* grant, GrantAnswer done, WaitId* parked,
+                                             bool* absent = nullptr);
+  absl::Status Publish(const SessionView& s, const FlatCallFacts& call, v1::PublishResponse* resp);
+  absl::Status Release(const SessionView& s, const FlatCallFacts& call);
+  void RecordCounters(const SessionView& s, const FlatCallFacts::Counters& counters);
   /// The client no longer maps these allocations.
   void Unmapped(const SessionView& s, const v1::Unmapped& unmapped);
 
@@ -92,6 +104,21 @@ class BrokerCalls {
  private:
   absl::Status DoAllocate(const SessionView& s, const AllocateParams& params,
                           v1::AllocateResponse* resp);
+  /// An Open as both forms say it.
+  struct OpenAsk {
+    absl::StatusOr<BufferKey> key;
+    bool wait = false;
+    bool allow_unsealed = false;
+    uint64_t timeout_ms = 0;
+  };
+  std::optional<absl::Status> DoOpen(const SessionView& s, OpenAsk ask,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     BufferGrant* grant, GrantAnswer done, WaitId* parked,
+                                     bool* absent);
+  absl::Status DoPublish(const SessionView& s, const PublishParams& params,
+                         v1::PublishResponse* resp);
+  absl::Status DoRelease(const SessionView& s, BufferId id, bool free, bool keep_mapping);
+  void DoRecordCounters(const SessionView& s, const ClientCounters& counters);
 
   Registry& registry_;
   Metrics& metrics_;

@@ -258,4 +258,52 @@ absl::StatusOr<BufferKey> FromProto(const v1::BufferRef& ref) {
   }
 }
 
+absl::StatusOr<BufferKey> FromFlatRef(const FlatCallFacts& open) {
+  if (open.by_id) {
+    if (open.id == 0) return absl::InvalidArgumentError("buffer id 0 is not an id");
+    return BufferKey{open.id, {}};
+  }
+  if (open.by_name) return BufferKey{0, std::string(open.name)};
+  return absl::InvalidArgumentError("no buffer named: give an id or a name");
+}
+
+PublishParams FromFlatPublish(const FlatCallFacts& f) {
+  PublishParams p;
+  p.range = f.range_id;
+  p.offset = f.offset;
+  p.reserved = f.reserved;
+  p.size = f.size;
+  p.name = f.name;
+  if (f.has_tensor) {
+    TensorDesc& t = p.tensor.emplace();
+    t.dtype = f.dtype;
+    t.shape.assign(f.shape.begin(), f.shape.end());
+    t.strides.assign(f.strides.begin(), f.strides.end());
+    t.byte_offset = f.byte_offset;
+  }
+  p.seal = f.seal;
+  p.fence_offset = f.fence_offset;
+  p.fence_value = f.fence_value;
+  return p;
+}
+
+ClientCounters FromFlat(const FlatCallFacts::Counters& c) {
+  ClientCounters out;
+  out.allocations = c.allocations;
+  out.in_use_blocks = c.in_use_blocks;
+  out.in_use_bytes = c.in_use_bytes;
+  out.range_bytes = c.range_bytes;
+  out.cache_hits = c.cache_hits;
+  out.daemon_allocations = c.daemon_allocations;
+  out.grpc_allocations = c.grpc_allocations;
+  out.opens_arena = c.opens_arena;
+  out.opens_cached = c.opens_cached;
+  out.opens_import = c.opens_import;
+  out.opens_grpc = c.opens_grpc;
+  out.mapping_cache_misses = c.mapping_cache_misses;
+  out.mapping_cache_evictions = c.mapping_cache_evictions;
+  out.mapping_cache_bytes = c.mapping_cache_bytes;
+  return out;
+}
+
 }  // namespace gpubroker

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "common/wire/flat_answer.h"
+#include "common/wire/flat_call.h"
 #include "daemon/backend/backend.h"
 #include "daemon/core/node_status.h"
 #include "daemon/core/registry.h"
@@ -50,5 +51,11 @@ uint64_t WireQuickAllocationLimit(const Backend& backend);
 AllocateParams FromProto(const v1::AllocateRequest& request);
 /// INVALID_ARGUMENT when the reference names neither an id nor a name.
 absl::StatusOr<BufferKey> FromProto(const v1::BufferRef& ref);
+/// The same of a flat Open's reference (what FromProto says of the
+/// BufferRef that ToCall makes of it).
+absl::StatusOr<BufferKey> FromFlatRef(const FlatCallFacts& open);
+/// A flat Publish's params, as BrokerCalls::Publish reads the message's.
+PublishParams FromFlatPublish(const FlatCallFacts& publish);
+ClientCounters FromFlat(const FlatCallFacts::Counters& counters);
 
 }  // namespace gpubroker

@@ -468,13 +468,29 @@ SessionServer::Outcome SessionServer::ProcessFrames(Connection& c) {
   // No new call is served while replies wait for the peer to read them: the
   // queue holds at most what one call produced.
   while (c.out.empty()) {
-    auto frame = c.decoder.Next();
-    if (!frame.ok()) {
-      Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", frame.status().message()));
+    auto body = c.decoder.NextBody();
+    absl::Status read = body.status();
+    if (read.ok() && !body->has_value()) break;
+    Outcome outcome = Outcome::kKeep;
+    if (read.ok() && (*body)->flat && c.session != 0) {
+      // A call of a hand-over's path, read in place and served from its
+      // facts: no message made (the body stays in the decoder until the
+      // next read of this connection, after this call is served).
+      FlatCallRead call;
+      read = DecodeFlatCall((*body)->bytes, &call);
+      if (read.ok()) outcome = OnFlatFrame(c, call.facts());
+    } else if (read.ok()) {
+      // Before Hello a flat call is read as its message, to be refused as
+      // any call is there.
+      v1::SessionFrame frame;
+      read = FrameDecoder::Decode(**body, FlatFrames::kCalls, &frame);
+      if (read.ok()) outcome = OnFrame(c, frame);
+    }
+    if (!read.ok()) {
+      Warn(StrCat("session.sock: dropping ", Describe(c.peer), ": ", read.message()));
       return Outcome::kDrop;
     }
-    if (!frame->has_value()) break;
-    if (OnFrame(c, **frame) == Outcome::kDrop) return Outcome::kDrop;
+    if (outcome == Outcome::kDrop) return Outcome::kDrop;
   }
   if (!c.out.empty()) WatchFor(c, false);
   return Outcome::kKeep;
@@ -539,14 +555,42 @@ Metrics::SessionCall CallOf(const v1::SessionFrame& frame) {
 
 }  // namespace
 
-SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
+namespace {
+
+Metrics::SessionCall CallOf(const FlatCallFacts& call) {
+  using C = Metrics::SessionCall;
+  switch (call.kind) {
+    case FlatCallFacts::Kind::kOpen:
+      return C::kOpen;
+    case FlatCallFacts::Kind::kPublish:
+      return C::kPublish;
+    case FlatCallFacts::Kind::kRelease:
+      return C::kRelease;
+    case FlatCallFacts::Kind::kClaim:
+      return C::kClaim;
+  }
+  return C::kOther;
+}
+
+// Serves a frame, timed into the per-call metrics.
+template <typename Serve>
+auto Timed(Metrics& metrics, Metrics::SessionCall what, Serve serve) {
   Trace(TraceMark::kDaemonFrameDecoded);
   const auto start = std::chrono::steady_clock::now();
-  const Outcome outcome = Serve(c, frame);
-  metrics_.SessionCallServed(
-      CallOf(frame),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const auto outcome = serve();
+  metrics.SessionCallServed(
+      what, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return outcome;
+}
+
+}  // namespace
+
+SessionServer::Outcome SessionServer::OnFrame(Connection& c, const v1::SessionFrame& frame) {
+  return Timed(metrics_, CallOf(frame), [&] { return Serve(c, frame); });
+}
+
+SessionServer::Outcome SessionServer::OnFlatFrame(Connection& c, const FlatCallFacts& call) {
+  return Timed(metrics_, CallOf(call), [&] { return OnFlatCall(c, call); });
 }
 
 SessionServer::Outcome SessionServer::Serve(Connection& c, const v1::SessionFrame& frame) {
@@ -626,12 +670,85 @@ SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdReq
   return SendFrame(c, reply, std::move(grant->fd));
 }
 
+namespace {
+
+// A call of session.sock arrives as a message, or, for Open, Publish and
+// Release, as the facts of a flat call read in place (FlatCallRead): what
+// OnCallAs reads of either.
+enum class CallKind { kOpen, kPublish, kRelease, kOther };
+
+CallKind KindOf(const v1::Call& call) {
+  switch (call.request_case()) {
+    case v1::Call::kOpen:
+      return CallKind::kOpen;
+    case v1::Call::kPublish:
+      return CallKind::kPublish;
+    case v1::Call::kRelease:
+      return CallKind::kRelease;
+    default:
+      return CallKind::kOther;
+  }
+}
+CallKind KindOf(const FlatCallFacts& call) {
+  switch (call.kind) {
+    case FlatCallFacts::Kind::kOpen:
+      return CallKind::kOpen;
+    case FlatCallFacts::Kind::kPublish:
+      return CallKind::kPublish;
+    case FlatCallFacts::Kind::kRelease:
+      return CallKind::kRelease;
+    default:
+      return CallKind::kOther;  // a Claim: served as its message
+  }
+}
+uint64_t RequestIdOf(const v1::Call& call) { return call.request_id(); }
+uint64_t RequestIdOf(const FlatCallFacts& call) { return call.request_id; }
+bool SealsOf(const v1::Call& call) { return call.has_publish() || call.has_seal(); }
+bool SealsOf(const FlatCallFacts& call) { return call.kind == FlatCallFacts::Kind::kPublish; }
+bool IsClaim(const v1::Call& call) { return call.has_claim(); }
+bool IsClaim(const FlatCallFacts&) { return false; }
+bool HasCounters(const v1::Call& call) { return call.has_counters(); }
+bool HasCounters(const FlatCallFacts& call) { return call.has_counters; }
+const v1::ClientCounters& CountersOf(const v1::Call& call) { return call.counters(); }
+const FlatCallFacts::Counters& CountersOf(const FlatCallFacts& call) { return call.counters; }
+// The Open, Publish or Release itself, as BrokerCalls takes it.
+const v1::OpenRequest& OpenOf(const v1::Call& call) { return call.open(); }
+const v1::PublishRequest& PublishOf(const v1::Call& call) { return call.publish(); }
+const v1::ReleaseRequest& ReleaseOf(const v1::Call& call) { return call.release(); }
+const FlatCallFacts& OpenOf(const FlatCallFacts& call) { return call; }
+const FlatCallFacts& PublishOf(const FlatCallFacts& call) { return call; }
+const FlatCallFacts& ReleaseOf(const FlatCallFacts& call) { return call; }
+bool WaitsOf(const v1::Call& call) { return call.open().wait(); }
+bool WaitsOf(const FlatCallFacts& call) { return call.wait; }
+uint64_t AwakeOf(const v1::Call& call) { return call.open().awake_us(); }
+uint64_t AwakeOf(const FlatCallFacts& call) { return call.awake_us; }
+// The message, for what keeps a call to serve it later (DeferOrCatchUp).
+const v1::Call& MessageOf(const v1::Call& call) { return call; }
+v1::Call MessageOf(const FlatCallFacts& call) {
+  v1::Call message;
+  ToCall(call, &message);
+  return message;
+}
+
+}  // namespace
+
 SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call) {
+  return OnCallAs(c, call);
+}
+
+SessionServer::Outcome SessionServer::OnFlatCall(Connection& c, const FlatCallFacts& call) {
+  if (KindOf(call) == CallKind::kOther) return OnCall(c, MessageOf(call));
+  return OnCallAs(c, call);
+}
+
+template <typename CallT>
+SessionServer::Outcome SessionServer::OnCallAs(Connection& c, const CallT& call) {
   // The answer is encoded before this returns: built on the stack.
   StackArena arena;
   v1::SessionFrame& reply = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(arena.get());
   v1::Reply* r = reply.mutable_reply();
-  r->set_request_id(call.request_id());
+  const uint64_t request_id = RequestIdOf(call);
+  r->set_request_id(request_id);
   absl::Status status;
   // An Open's or a Claim's answer is the registry's grant, sent by
   // SendGrant: to a session that reads flat answers it is written with no
@@ -642,24 +759,21 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
   // consumers parked on it are answered (their wait is a hand-over's
   // critical path), and before the producer's own answer goes, so that it
   // finds them in the metrics on return; any other call's, first.
-  const bool seals = call.has_publish() || call.has_seal();
-  if (call.has_counters() && !seals) calls_.RecordCounters(c.view, call.counters());
+  const bool seals = SealsOf(call);
+  if (HasCounters(call) && !seals) calls_.RecordCounters(c.view, CountersOf(call));
   if (registry_.shutting_down()) {
     status = absl::UnavailableError("gpubrokerd is shutting down");
   } else {
-    switch (call.request_case()) {
-      case v1::Call::kAllocate:
-        status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
-        break;
-      case v1::Call::kOpen: {
+    switch (KindOf(call)) {
+      case CallKind::kOpen: {
         // A waiting Open is parked in the registry, not here: this thread
         // goes on serving the connection (and every other), and answers the
         // wait when it ends (AnswerParked); that reply may overtake others.
         WaitId parked = 0;
         const auto deadline = std::chrono::steady_clock::time_point::max();
         const bool awake =
-            call.open().wait() && call.open().awake_us() > 0 && options_.max_wait_awake.count() > 0;
-        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = call.request_id(),
+            WaitsOf(call) && AwakeOf(call) > 0 && options_.max_wait_awake.count() > 0;
+        auto answer = [this, fd = c.fd.get(), serial = c.serial, id = request_id,
                        awake](absl::StatusOr<BufferGrant> result) {
           Post(Completion{fd, serial, id, std::move(result), awake});
         };
@@ -667,62 +781,39 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
         // reason that a frame already sent could end (a posted seal of its
         // name) looks at the other sessions' frames first, and is asked again.
         bool absent = false;
-        auto now = calls_.OpenAsyncGrant(c.view, call.open(), deadline, &grant, answer, &parked,
+        auto now = calls_.OpenAsyncGrant(c.view, OpenOf(call), deadline, &grant, answer, &parked,
                                          answering_deferred_ ? nullptr : &absent);
         if (absent) {
-          if (DeferOrCatchUp(c, call)) return Outcome::kKeep;  // answered later
-          now = calls_.OpenAsyncGrant(c.view, call.open(), deadline, &grant, answer, &parked);
+          if (DeferOrCatchUp(c, MessageOf(call))) return Outcome::kKeep;  // answered later
+          now = calls_.OpenAsyncGrant(c.view, OpenOf(call), deadline, &grant, answer, &parked);
           metrics_.OpenLookedAhead(now && now->ok());
         }
         if (!now) {
-          if (awake) WaitAwake(call.open().awake_us());  // parked (only a wait parks)
+          if (awake) WaitAwake(AwakeOf(call));  // parked (only a wait parks)
           return Outcome::kKeep;
         }
         status = *now;
         granted = status.ok();
         break;
       }
-      case v1::Call::kSeal:
-        status = calls_.Seal(c.view, call.seal(), r->mutable_seal());
+      case CallKind::kPublish:
+        status = calls_.Publish(c.view, PublishOf(call), r->mutable_publish());
         break;
-      case v1::Call::kRelease:
-        status = calls_.Release(c.view, call.release());
+      case CallKind::kRelease:
+        status = calls_.Release(c.view, ReleaseOf(call));
         r->mutable_release();
         break;
-      case v1::Call::kLeaseRange:
-        status = calls_.LeaseRange(c.view, call.lease_range(), r->mutable_lease_range());
-        break;
-      case v1::Call::kReturnRange:
-        status = calls_.ReturnRange(c.view, call.return_range());
-        r->mutable_return_range();
-        break;
-      case v1::Call::kPublish:
-        status = calls_.Publish(c.view, call.publish(), r->mutable_publish());
-        break;
-      case v1::Call::kHold:
-        status = calls_.Hold(c.view, call.hold(), r->mutable_hold());
-        break;
-      case v1::Call::kClaim:
-        if (!answering_deferred_ && LookAheadForClaim(c, call)) return Outcome::kKeep;  // later
-        status = calls_.Claim(c.view, call.claim(), r->mutable_claim(), &grant);
-        granted = status.ok();
-        break;
-      case v1::Call::REQUEST_NOT_SET:
-        // A report: the client's counters alone (recorded above).
-        if (!call.has_counters()) {
-          status = calls_.Refuse("a call", &c.view,
-                                 absl::InvalidArgumentError("Call frame without a request"));
+      case CallKind::kOther:
+        if constexpr (std::is_same_v<CallT, v1::Call>) {
+          if (!ServeOther(c, call, r, &status, &grant, &granted)) return Outcome::kKeep;  // later
         }
         break;
-      default:
-        status = calls_.Refuse("a call", &c.view,
-                               absl::InvalidArgumentError("Call frame without a request"));
     }
   }
   Trace(TraceMark::kDaemonCallServed);
   if (!status.ok()) {
     reply.Clear();
-    ToErrorFrame(status, call.request_id(), reply.mutable_error());
+    ToErrorFrame(status, request_id, reply.mutable_error());
   } else if (seals && !looking_ahead_ && !answering_deferred_) {
     // The consumers parked on this seal are answered before the producer:
     // their wait is a hand-over's critical path, and a producer that posted
@@ -731,7 +822,7 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     // look-ahead further up the stack may be serving.)
     AnswerParked(c.fd.get());
   }
-  if (call.has_counters() && seals) calls_.RecordCounters(c.view, call.counters());
+  if (HasCounters(call) && seals) calls_.RecordCounters(c.view, CountersOf(call));
   // Blocks of this session's ranges that came back travel just before the
   // answer, in the same write: the daemon writes only when it answers.
   const std::vector<ReturnedBlock> returned = registry_.TakeReturnedBlocks(c.session);
@@ -747,8 +838,46 @@ SessionServer::Outcome SessionServer::OnCall(Connection& c, const v1::Call& call
     }
     bytes = EncodeFrame(note);
   }
-  if (granted) return SendGrant(c, call.request_id(), call.has_claim(), grant, std::move(bytes));
+  if (granted) return SendGrant(c, request_id, IsClaim(call), grant, std::move(bytes));
   return SendBytes(c, bytes + EncodeFrameFor(reply, c.flat));
+}
+
+bool SessionServer::ServeOther(Connection& c, const v1::Call& call, v1::Reply* r,
+                               absl::Status* status, BufferGrant* grant, bool* granted) {
+  switch (call.request_case()) {
+    case v1::Call::kAllocate:
+      *status = calls_.QuickAllocate(c.view, call.allocate(), r->mutable_allocate());
+      break;
+    case v1::Call::kSeal:
+      *status = calls_.Seal(c.view, call.seal(), r->mutable_seal());
+      break;
+    case v1::Call::kLeaseRange:
+      *status = calls_.LeaseRange(c.view, call.lease_range(), r->mutable_lease_range());
+      break;
+    case v1::Call::kReturnRange:
+      *status = calls_.ReturnRange(c.view, call.return_range());
+      r->mutable_return_range();
+      break;
+    case v1::Call::kHold:
+      *status = calls_.Hold(c.view, call.hold(), r->mutable_hold());
+      break;
+    case v1::Call::kClaim:
+      if (!answering_deferred_ && LookAheadForClaim(c, call)) return false;  // answered later
+      *status = calls_.Claim(c.view, call.claim(), r->mutable_claim(), grant);
+      *granted = status->ok();
+      break;
+    case v1::Call::REQUEST_NOT_SET:
+      // A report: the client's counters alone (recorded by the caller).
+      if (!call.has_counters()) {
+        *status = calls_.Refuse("a call", &c.view,
+                                absl::InvalidArgumentError("Call frame without a request"));
+      }
+      break;
+    default:
+      *status = calls_.Refuse("a call", &c.view,
+                              absl::InvalidArgumentError("Call frame without a request"));
+  }
+  return true;
 }
 
 SessionServer::Outcome SessionServer::SendGrant(Connection& c, uint64_t request_id, bool claim,

@@ -159,6 +159,19 @@ class SessionServer {
   Outcome OnHello(Connection& c, const v1::Hello& hello);
   Outcome OnFdRequest(Connection& c, const v1::FdRequest& request);
   Outcome OnCall(Connection& c, const v1::Call& call);
+  /// A flat call read in place, timed as OnFrame times a frame: an Open, a
+  /// Publish or a Release served from its facts, with no message; a Claim
+  /// as its message.
+  Outcome OnFlatFrame(Connection& c, const FlatCallFacts& call);
+  Outcome OnFlatCall(Connection& c, const FlatCallFacts& call);
+  /// OnCall's work, for a call in either form (session_server.cc).
+  template <typename CallT>
+  Outcome OnCallAs(Connection& c, const CallT& call);
+  /// The calls that come as messages only (Allocate, Seal, ranges, tickets):
+  /// their status, and a Claim's grant, into the caller's. False when the
+  /// call is to be answered later (a Claim that looks ahead).
+  bool ServeOther(Connection& c, const v1::Call& call, v1::Reply* r, absl::Status* status,
+                  BufferGrant* grant, bool* granted);
   /// Queues a frame (and the descriptor that goes with it) and writes what
   /// the peer takes now.
   Outcome SendFrame(Connection& c, const v1::SessionFrame& frame, UniqueFd fd = UniqueFd());
