@@ -18,6 +18,7 @@
 #include "common/wire/frame.h"
 #include "gpubroker/client.hpp"
 #include "gtest/gtest.h"
+#include "tests/buffer_info_expect.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/raw_session.h"
 
@@ -88,29 +89,7 @@ TEST(FlatAnswers, TheDaemonSendsThemOnlyToASessionThatAsked) {
 
 // Everything a Buffer says about itself, but its leases (each open adds one).
 void ExpectSameBuffer(const Buffer& flat, const Buffer& plain) {
-  const BufferInfo& a = flat.info();
-  const BufferInfo& p = plain.info();
-  EXPECT_EQ(a.id, p.id);
-  EXPECT_EQ(a.name, p.name);
-  EXPECT_EQ(a.size, p.size);
-  EXPECT_EQ(a.reserved_size, p.reserved_size);
-  EXPECT_EQ(a.device_uuid, p.device_uuid);
-  EXPECT_EQ(a.tenant, p.tenant);
-  EXPECT_EQ(a.state, p.state);
-  ASSERT_EQ(a.tensor.has_value(), p.tensor.has_value());
-  if (a.tensor) {
-    EXPECT_EQ(a.tensor->dtype, p.tensor->dtype);
-    EXPECT_EQ(a.tensor->shape, p.tensor->shape);
-    EXPECT_EQ(a.tensor->strides, p.tensor->strides);
-    EXPECT_EQ(a.tensor->byte_offset, p.tensor->byte_offset);
-  }
-  EXPECT_EQ(a.keep, p.keep);
-  EXPECT_EQ(a.expires_unix_ms, p.expires_unix_ms);
-  EXPECT_EQ(a.shared_with, p.shared_with);
-  EXPECT_EQ(a.owner_session, p.owner_session);
-  EXPECT_EQ(a.created_unix_ms, p.created_unix_ms);
-  EXPECT_EQ(a.backing, p.backing);
-  EXPECT_EQ(a.client_made, p.client_made);
+  testing_util::ExpectSameInfo(flat.info(), plain.info(), /*leases=*/false);
   ASSERT_EQ(flat.size(), plain.size());
   ASSERT_NE(flat.data(), nullptr);
   ASSERT_NE(plain.data(), nullptr);

@@ -18,6 +18,7 @@
 #include "common/wire/frame.h"
 #include "gpubroker/client.hpp"
 #include "gtest/gtest.h"
+#include "tests/buffer_info_expect.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/raw_session.h"
 
@@ -138,13 +139,7 @@ void ExpectSameFacts(const Buffer& a, const Buffer& p) {
   EXPECT_EQ(x.state, y.state);
   EXPECT_EQ(x.client_made, y.client_made);
   EXPECT_EQ(x.keep, y.keep);
-  ASSERT_EQ(x.tensor.has_value(), y.tensor.has_value());
-  if (x.tensor) {
-    EXPECT_EQ(x.tensor->dtype, y.tensor->dtype);
-    EXPECT_EQ(x.tensor->shape, y.tensor->shape);
-    EXPECT_EQ(x.tensor->strides, y.tensor->strides);
-    EXPECT_EQ(x.tensor->byte_offset, y.tensor->byte_offset);
-  }
+  testing_util::ExpectSameTensor(x.tensor, y.tensor);
   ASSERT_EQ(a.size(), p.size());
   EXPECT_EQ(std::memcmp(a.data(), p.data(), a.size()), 0);
 }

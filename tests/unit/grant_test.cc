@@ -6,35 +6,11 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/buffer_info_expect.h"
 #include "tests/unit/flat_layout_test_util.h"
 
 namespace gpubroker::detail {
 namespace {
-
-void ExpectSameInfo(const BufferInfo& a, const BufferInfo& b) {
-  EXPECT_EQ(a.id, b.id);
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.size, b.size);
-  EXPECT_EQ(a.reserved_size, b.reserved_size);
-  EXPECT_EQ(a.device_uuid, b.device_uuid);
-  EXPECT_EQ(a.tenant, b.tenant);
-  EXPECT_EQ(a.state, b.state);
-  ASSERT_EQ(a.tensor.has_value(), b.tensor.has_value());
-  if (a.tensor) {
-    EXPECT_EQ(a.tensor->dtype, b.tensor->dtype);
-    EXPECT_EQ(a.tensor->shape, b.tensor->shape);
-    EXPECT_EQ(a.tensor->strides, b.tensor->strides);
-    EXPECT_EQ(a.tensor->byte_offset, b.tensor->byte_offset);
-  }
-  EXPECT_EQ(a.keep, b.keep);
-  EXPECT_EQ(a.expires_unix_ms, b.expires_unix_ms);
-  EXPECT_EQ(a.shared_with, b.shared_with);
-  EXPECT_EQ(a.leases, b.leases);
-  EXPECT_EQ(a.owner_session, b.owner_session);
-  EXPECT_EQ(a.created_unix_ms, b.created_unix_ms);
-  EXPECT_EQ(a.backing, b.backing);
-  EXPECT_EQ(a.client_made, b.client_made);
-}
 
 void ExpectSameImport(const ImportFacts& a, const ImportFacts& b) {
   EXPECT_EQ(a.kind, b.kind);
@@ -57,7 +33,7 @@ void ExpectFlatAsMessage(const v1::Reply& reply) {
   ASSERT_TRUE(from_flat.TakeFlat(flat).ok());
   Grant from_message;
   from_message.Take(reply.has_claim() ? reply.claim() : reply.open());
-  ExpectSameInfo(from_flat.info, from_message.info);
+  testing_util::ExpectSameInfo(from_flat.info, from_message.info);
   ExpectSameImport(from_flat.import, from_message.import);
 }
 
