@@ -2,7 +2,10 @@
 // arbitrary bytes are cut into frames, and every Call among them is served by
 // the daemon's own BrokerCalls over a real registry and host backend, for
 // three sessions of three tenants (chosen by the call's request id, so that
-// ids repeat, collide and arrive in any order). The fields the hardening
+// ids repeat, collide and arrive in any order). Where the first byte has its
+// top bit set, flat calls are read too, and an Open that does not wait, a
+// Publish and a Release among them are served from their facts, as the
+// session server serves them (the rest as the Call the facts say). The fields the hardening
 // added are all reachable: Opens that wait (parked, with any timeout_ms),
 // names with a tenant prefix, share_with lists, huge TTLs, region requests.
 //
@@ -106,9 +109,43 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+// Serves a flat call from its facts where the session server does (an Open
+// that does not wait, a Publish, a Release); false for the others.
+bool ServeFlat(Core& core, const SessionView& s, const gpubroker::FlatCallFacts& call) {
+  using Kind = gpubroker::FlatCallFacts::Kind;
+  if (call.has_counters) core.calls->RecordCounters(s, call.counters);
+  switch (call.kind) {
+    case Kind::kOpen: {
+      if (call.wait) return false;
+      gpubroker::BufferGrant grant;
+      gpubroker::WaitId parked = 0;
+      auto now = core.calls->OpenAsyncGrant(
+          s, call, std::chrono::steady_clock::time_point::max(), &grant,
+          [](absl::StatusOr<gpubroker::BufferGrant>) {
+            Broken("an Open that did not wait parked");
+          },
+          &parked);
+      if (!now.has_value()) Broken("an Open that did not wait parked");
+      CheckRefusal(*now);
+      return true;
+    }
+    case Kind::kPublish: {
+      gpubroker::v1::PublishResponse resp;
+      CheckRefusal(core.calls->Publish(s, call, &resp));
+      return true;
+    }
+    case Kind::kRelease:
+      CheckRefusal(core.calls->Release(s, call));
+      return true;
+    default:
+      return false;
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t chunk = 1 + data[0] % 64;
+  const bool flat_calls = (data[0] & 0x80) != 0;
   std::string_view stream(reinterpret_cast<const char*>(data + 1), size - 1);
 
   Core core;
@@ -124,19 +161,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::map<gpubroker::WaitId, size_t> parked_by;  // the session index it was parked for
 
   gpubroker::FrameDecoder decoder;
+  if (flat_calls) decoder.AcceptFlatCalls();
   bool failed = false;
   while (!stream.empty() && !failed) {
     const size_t n = std::min(chunk, stream.size());
     decoder.Append(stream.substr(0, n));
     stream.remove_prefix(n);
     for (;;) {
-      auto frame = decoder.Next();
-      if (!frame.ok()) {
+      auto body = decoder.NextBody();
+      if (!body.ok()) {
         failed = true;  // the daemon drops such a connection
         break;
       }
-      if (!frame->has_value()) break;
-      const gpubroker::v1::SessionFrame& f = **frame;
+      if (!body->has_value()) break;
+      gpubroker::v1::SessionFrame f;
+      if ((*body)->flat) {
+        gpubroker::FlatCallRead read;
+        if (!gpubroker::DecodeFlatCall((*body)->bytes, &read).ok()) {
+          failed = true;
+          break;
+        }
+        const gpubroker::FlatCallFacts& call = read.facts();
+        if (kTrace) std::fprintf(stderr, "flat call %d\n", static_cast<int>(call.kind));
+        if (ServeFlat(core, sessions[call.request_id % sessions.size()], call)) continue;
+        gpubroker::ToCall(call, f.mutable_call());
+      } else if (!gpubroker::FrameDecoder::Decode(**body, gpubroker::FlatFrames::kCalls, &f).ok()) {
+        failed = true;
+        break;
+      }
       if (f.has_fd_request()) {
         const size_t who = f.fd_request().request_id() % sessions.size();
         if (f.fd_request().has_region_id()) {
