@@ -169,8 +169,9 @@ int main(int argc, char** argv) {
   // The bytes each parse step reads, made once.
   char open_call[256], publish_call[512];
   size_t open_call_n = 0, publish_call_n = 0;
-  std::string open_answer, flat_answer;      // frames, as the daemon sends them
-  std::string flat_open_call, flat_publish;  // frames, as the client sends them flat
+  std::string open_answer, flat_answer;             // frames, as the daemon sends them
+  std::string publish_answer, flat_publish_answer;  // the producer's, protobuf and flat
+  std::string flat_open_call, flat_publish;         // frames, as the client sends them flat
   {
     SessionFrame f;
     f.mutable_call()->set_request_id(42);
@@ -179,6 +180,11 @@ int main(int argc, char** argv) {
     SessionFrame a;
     FillOpenAnswer(*a.mutable_reply());
     open_answer = gpubroker::EncodeFrame(a);
+    SessionFrame pa;
+    pa.mutable_reply()->set_request_id(41);
+    *pa.mutable_reply()->mutable_publish()->mutable_buffer() = a.reply().open().buffer();
+    publish_answer = gpubroker::EncodeFrame(pa);
+    gpubroker::AppendFlatAnswerFrame(pa.reply(), &flat_publish_answer);
     flat_answer = gpubroker::EncodeFrameFor(a, gpubroker::FlatFrames::kAnswers);
     flat_open_call = gpubroker::EncodeFrameFor(f, gpubroker::FlatFrames::kCalls);
     SessionFrame p;
@@ -411,6 +417,30 @@ int main(int argc, char** argv) {
       {"the Open call's flat frame written from its facts, no message", open_call_from_facts});
   steps.push_back(
       {"the Publish's flat frame written from its facts, no message", publish_from_facts});
+  // The producer's half of a confirmed seal: the Publish's answer read as
+  // the client read it before (protobuf, then its description) and as it
+  // reads it now from a daemon that writes it flat (in place, a Grant).
+  auto read_publish_answer = [&](const std::string& frame) {
+    gpubroker::FrameDecoder d;
+    d.AcceptFlatAnswers();
+    d.Append(frame);
+    auto body = d.NextBody();
+    if (!body.ok() || !body->has_value()) return;
+    gpubroker::detail::Grant grant;
+    if ((*body)->flat) {
+      if (!grant.TakeFlat(std::string((*body)->bytes)).ok()) return;
+    } else {
+      SessionFrame f;
+      if (!gpubroker::FrameDecoder::Decode(**body, gpubroker::FlatFrames::kAnswers, &f).ok())
+        return;
+      grant.Take(f.reply().publish().buffer());
+    }
+    g_sink = grant.info.id + grant.info.name.size();
+  };
+  steps.push_back({"the Publish's answer read by the producer: protobuf, then its facts",
+                   [&] { read_publish_answer(publish_answer); }});
+  steps.push_back(
+      {"  the same, flat and read in place", [&] { read_publish_answer(flat_publish_answer); }});
   steps.push_back({"the flat answer read into the message, then the client's facts",
                    read_answer_through_message});
   steps.push_back(

@@ -211,7 +211,8 @@ class SessionChannel {
                 std::chrono::microseconds awake);
   /// The Reply of an answer, read from its flat bytes where it came flat.
   static void Take(Answer answer, v1::Reply* reply);
-  /// An Open's or a Claim's answer into `grant`; InternalError for another.
+  /// An Open's, a Claim's or a Publish's answer into `grant`; InternalError
+  /// for another.
   static void Take(Answer answer, Grant* grant);
   /// Under `lock`: waits until `slot` (the request `id`) is done, reading for
   /// everyone while nobody else does. Throws, with the slot given up, when

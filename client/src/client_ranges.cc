@@ -382,10 +382,12 @@ uint64_t ClientImpl::PostPublish(const LocalBlock& lb, const BufferInfo& info) {
 }
 
 BufferInfo ClientImpl::Publish(const LocalBlock& lb, const BufferInfo& info, bool seal) {
-  v1::Reply reply;
-  Call(PublishCall(lb, info, seal), &reply);  // always fits in a frame
+  // The answer read in place where it comes flat (Hello.flat_publish_answers):
+  // a confirmed seal waits for it.
+  Grant published;
+  Call(PublishCall(lb, info, seal), &published);  // always fits in a frame
   publishes_++;
-  BufferInfo out = FromProto(reply.publish().buffer());
+  BufferInfo out = std::move(published.info);
   if (DebugOn())
     Debug(StrCat("publish", seal ? "+seal" : "", " ", FormatBytes(lb.size), ": buffer ", out.id,
                  CallTiming()));

@@ -109,6 +109,11 @@ absl::Status Grant::TakeFlat(std::string body) {
   return absl::OkStatus();
 }
 
+void Grant::Take(const v1::BufferInfo& buffer) {
+  info = FromProto(buffer);
+  import = ImportFacts{};
+}
+
 void Grant::Take(v1::OpenResponse response) {
   info = FromProto(response.buffer());
   message_ = std::move(*response.mutable_import());

@@ -35,8 +35,8 @@ struct ImportFacts {
 ImportFacts FactsOf(const v1::ImportDescriptor& import);
 
 /// An Open's or a Claim's answer as a Buffer is made from it: the buffer's
-/// description and how to map it. Where the answer came flat it is read
-/// straight from its bytes, with no message made (the consumer's half of
+/// description and how to map it (a Publish's: the description alone). Where the answer came flat
+/// it is read straight from its bytes, with no message made (the consumer's half of
 /// docs/architecture.md, "Flat frames"); else from the message. Filled in
 /// place and never copied or moved: `import` views what it holds.
 class Grant {
@@ -50,6 +50,8 @@ class Grant {
   absl::Status TakeFlat(std::string body);
   /// From the message: an Open's or a Claim's answer.
   void Take(v1::OpenResponse response);
+  /// From a Publish's answer: a description and nothing to map.
+  void Take(const v1::BufferInfo& buffer);
 
   BufferInfo info;
   ImportFacts import;

@@ -56,6 +56,7 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   const char* flat = std::getenv("GPUBROKER_FLAT_ANSWERS");
   if (flat == nullptr || std::string_view(flat) != "0") {
     hello.mutable_hello()->set_flat_answers(true);
+    hello.mutable_hello()->set_flat_publish_answers(true);
     decoder_.AcceptFlatAnswers();
   }
   const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));
@@ -165,7 +166,9 @@ void SessionChannel::DispatchFlat(const FlatAnswerFacts& facts, std::string_view
   auto it = slots_.find(facts.request_id);
   if (it == slots_.end()) {
     // As in Dispatch: an Open granted after its caller gave up.
-    if (!facts.claim && facts.has_buffer) orphans_.push_back(facts.id);
+    if (facts.kind == FlatAnswerFacts::Kind::kOpen && facts.has_buffer) {
+      orphans_.push_back(facts.id);
+    }
     return;
   }
   Slot& slot = *it->second;
@@ -473,9 +476,11 @@ void SessionChannel::Take(Answer answer, Grant* grant) {
     grant->Take(std::move(*reply.mutable_open()));
   } else if (reply.has_claim()) {
     grant->Take(std::move(*reply.mutable_claim()));
+  } else if (reply.has_publish()) {
+    grant->Take(reply.publish().buffer());
   } else {
     ThrowError(ErrorCode::kInternal,
-               "session.sock: an Open or a Claim answered with another reply");
+               "session.sock: an Open, a Claim or a Publish answered with another reply");
   }
 }
 

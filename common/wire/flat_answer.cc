@@ -9,7 +9,8 @@ namespace gpubroker {
 namespace {
 
 // Layout 1, little-endian throughout:
-//   u8 layout (1), u8 which (1: Reply.open, 2: Reply.claim), u8 shape
+//   u8 layout (1), u8 which (1: Reply.open, 2: Reply.claim, 3:
+//   Reply.publish, which has no import), u8 shape
 //   count, u8 strides count, u8 shared_with count, u8 flags (kFlag*), u16 0
 //   u32 state, leases, dtype, import kind (the enums as their int32 values)
 //   u64 request_id, id, size, reserved_size, owner_session, byte_offset,
@@ -19,8 +20,6 @@ namespace {
 //   strings as u16 length + bytes: name, device_uuid, tenant, backing,
 //       shared_with[], export_data, the import's device_uuid
 constexpr uint8_t kLayout = 1;
-constexpr uint8_t kWhichOpen = 1;
-constexpr uint8_t kWhichClaim = 2;
 constexpr uint8_t kFlagKeep = 1;
 constexpr uint8_t kFlagClientMade = 2;
 constexpr uint8_t kFlagBuffer = 4;  // the answer has a BufferInfo
@@ -34,26 +33,32 @@ using flat::kMaxString;
 using flat::Reader;
 using flat::Writer;
 
-const v1::OpenResponse& AnswerOf(const v1::Reply& reply) {
-  return reply.response_case() == v1::Reply::kClaim ? reply.claim() : reply.open();
+bool IsFlatAnswer(const v1::Reply& reply) {
+  return reply.response_case() == v1::Reply::kOpen || reply.response_case() == v1::Reply::kClaim ||
+         reply.response_case() == v1::Reply::kPublish;
 }
 
 }  // namespace
 
 namespace {
 
-// The facts of `reply` (an Open's or a Claim's), as views into it.
+// The facts of `reply` (an Open's, a Claim's or a Publish's), as views into it.
 FlatAnswerFacts FactsOf(const v1::Reply& reply) {
-  const v1::OpenResponse& a = AnswerOf(reply);
-  const v1::BufferInfo& b = a.buffer();
+  using Kind = FlatAnswerFacts::Kind;
+  const bool publish = reply.response_case() == v1::Reply::kPublish;
+  const v1::OpenResponse& a =
+      reply.response_case() == v1::Reply::kClaim ? reply.claim() : reply.open();
+  const v1::BufferInfo& b = publish ? reply.publish().buffer() : a.buffer();
   const v1::TensorDescriptor& t = b.tensor();
-  const v1::ImportDescriptor& im = a.import();
+  const v1::ImportDescriptor& im = publish ? v1::ImportDescriptor::default_instance() : a.import();
   FlatAnswerFacts f;
-  f.claim = reply.response_case() == v1::Reply::kClaim;
+  f.kind = publish                                      ? Kind::kPublish
+           : reply.response_case() == v1::Reply::kClaim ? Kind::kClaim
+                                                        : Kind::kOpen;
   f.request_id = reply.request_id();
-  f.has_buffer = a.has_buffer();
+  f.has_buffer = publish ? reply.publish().has_buffer() : a.has_buffer();
   f.has_tensor = b.has_tensor();
-  f.has_import = a.has_import();
+  f.has_import = !publish && a.has_import();
   f.id = b.id();
   f.size = b.size();
   f.reserved_size = b.reserved_size();
@@ -103,25 +108,18 @@ bool Fits(const FlatAnswerFacts& f) {
 
 }  // namespace
 
-bool FitsFlatAnswer(const v1::Reply& reply) {
-  if (reply.response_case() != v1::Reply::kOpen && reply.response_case() != v1::Reply::kClaim) {
-    return false;
-  }
-  return Fits(FactsOf(reply));
-}
+bool FitsFlatAnswer(const v1::Reply& reply) { return IsFlatAnswer(reply) && Fits(FactsOf(reply)); }
 
 bool AppendFlatAnswer(const v1::Reply& reply, std::string* out) {
-  if (reply.response_case() != v1::Reply::kOpen && reply.response_case() != v1::Reply::kClaim) {
-    return false;
-  }
-  return AppendFlatAnswer(FactsOf(reply), out);
+  return IsFlatAnswer(reply) && AppendFlatAnswer(FactsOf(reply), out);
 }
 
 bool AppendFlatAnswer(const FlatAnswerFacts& f, std::string* out) {
-  if (!Fits(f)) return false;
+  // A Publish's answer has no import.
+  if (!Fits(f) || (f.kind == FlatAnswerFacts::Kind::kPublish && f.has_import)) return false;
   Writer w(out);
   w.U8(kLayout);
-  w.U8(f.claim ? kWhichClaim : kWhichOpen);
+  w.U8(static_cast<uint8_t>(f.kind));
   w.U8(static_cast<uint8_t>(f.shape.size()));
   w.U8(static_cast<uint8_t>(f.strides.size()));
   w.U8(static_cast<uint8_t>(f.shared_with.size()));
@@ -170,11 +168,13 @@ absl::Status DecodeFlatAnswer(std::string_view body, FlatAnswerRead* out) {
     return absl::InvalidArgumentError(
         StrCat("flat answer of layout ", layout, "; this client reads layout ", kLayout));
   }
-  if ((which != kWhichOpen && which != kWhichClaim) || (flags & ~kKnownFlags) != 0 || pad0 != 0 ||
-      pad1 != 0) {
+  using Kind = FlatAnswerFacts::Kind;
+  const bool publish = which == static_cast<uint8_t>(Kind::kPublish);
+  if (which < static_cast<uint8_t>(Kind::kOpen) || which > static_cast<uint8_t>(Kind::kPublish) ||
+      (flags & ~kKnownFlags) != 0 || pad0 != 0 || pad1 != 0 || (publish && (flags & kFlagImport))) {
     return absl::InvalidArgumentError("flat answer with an unknown kind or flag");
   }
-  f.claim = which == kWhichClaim;
+  f.kind = static_cast<Kind>(which);
   f.has_buffer = (flags & kFlagBuffer) != 0;
   f.has_tensor = (flags & kFlagTensor) != 0;
   f.has_import = (flags & kFlagImport) != 0;
@@ -224,11 +224,18 @@ absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {
   if (absl::Status st = DecodeFlatAnswer(body, &read); !st.ok()) return st;
   const FlatAnswerFacts& f = read.facts();
   out->set_request_id(f.request_id);
-  v1::OpenResponse* a = f.claim ? out->mutable_claim() : out->mutable_open();
+  using Kind = FlatAnswerFacts::Kind;
+  if (f.kind == Kind::kPublish) {
+    out->mutable_publish();
+  }
+  v1::OpenResponse* a = f.kind == Kind::kClaim  ? out->mutable_claim()
+                        : f.kind == Kind::kOpen ? out->mutable_open()
+                                                : nullptr;
   // A part the flags say is absent stays unset: its fields read as zero,
   // which is what the writer wrote for it (FactsOf reads a default message).
   if (f.has_buffer) {
-    v1::BufferInfo* b = a->mutable_buffer();
+    v1::BufferInfo* b =
+        a != nullptr ? a->mutable_buffer() : out->mutable_publish()->mutable_buffer();
     b->set_id(f.id);
     b->set_size(f.size);
     b->set_reserved_size(f.reserved_size);
@@ -252,7 +259,7 @@ absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {
       t->set_byte_offset(f.byte_offset);
     }
   }
-  if (f.has_import) {
+  if (f.has_import && a != nullptr) {
     v1::ImportDescriptor* im = a->mutable_import();
     im->set_kind(static_cast<v1::ImportKind>(f.import_kind));
     im->set_region_id(f.region_id);

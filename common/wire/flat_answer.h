@@ -12,8 +12,9 @@
 
 namespace gpubroker {
 
-/// The answer to an Open or a Claim in a flat layout, for clients that ask
-/// for it in Hello (flat_answers): the same message, written as fixed
+/// The answer to an Open or a Claim (and, for a client that says
+/// flat_publish_answers too, to a Publish) in a flat layout, for clients
+/// that ask for it in Hello (flat_answers): the same message, written as fixed
 /// little-endian fields and length-prefixed strings instead of protobuf's
 /// tagged varints. A process that has just woken reads it in a third to a
 /// half of the time protobuf's parse takes, and writes it in a bit over half
@@ -28,8 +29,9 @@ namespace gpubroker {
 /// Set in a frame's length: its body is a flat answer, not a SessionFrame.
 inline constexpr uint32_t kFlatFrameBit = 0x80000000u;
 
-/// Whether `reply` is one that AppendFlatAnswer writes: an Open's or a
-/// Claim's answer whose strings, lists and bytes fit the layout's bounds.
+/// Whether `reply` is one that AppendFlatAnswer writes: an Open's, a
+/// Claim's or a Publish's answer whose strings, lists and bytes fit the
+/// layout's bounds.
 /// The layout carries the fields this build knows (a test fails when the
 /// messages gain one it does not); unknown fields, which only a message
 /// parsed from a newer peer holds, are not carried. The daemon writes flat
@@ -45,7 +47,10 @@ bool AppendFlatAnswer(const v1::Reply& reply, std::string* out);
 /// its own books and writes its answer from it. The enums are their wire
 /// (v1) values; strings and lists are views, valid while it is written.
 struct FlatAnswerFacts {
-  bool claim = false;  // Reply.claim, else Reply.open
+  /// Which answer: Reply.open, Reply.claim, or Reply.publish (a buffer and
+  /// no import).
+  enum class Kind : uint8_t { kOpen = 1, kClaim = 2, kPublish = 3 };
+  Kind kind = Kind::kOpen;
   uint64_t request_id = 0;
   bool has_buffer = false;
   bool has_tensor = false;

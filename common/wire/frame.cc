@@ -36,7 +36,9 @@ std::string EncodeFrame(const v1::SessionFrame& frame) {
 std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat) {
   std::string out(kFrameHeaderBytes, '\0');
   const bool written =
-      (flat == FlatFrames::kAnswers && frame.has_reply() &&
+      // A Publish's answer only where the peer said it reads one
+      // (AppendFlatAnswerFrame of the Reply).
+      (flat == FlatFrames::kAnswers && frame.has_reply() && !frame.reply().has_publish() &&
        AppendFlatAnswer(frame.reply(), &out)) ||
       (flat == FlatFrames::kCalls && frame.has_call() && AppendFlatCall(frame.call(), &out));
   if (!written || !SealFlatFrame(&out, 0)) return EncodeFrame(frame);
@@ -62,6 +64,10 @@ bool AppendFlatFrame(std::string* out, AppendBody append_body) {
 
 bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out) {
   return AppendFlatFrame(out, [&](std::string* o) { return AppendFlatAnswer(facts, o); });
+}
+
+bool AppendFlatAnswerFrame(const v1::Reply& reply, std::string* out) {
+  return AppendFlatFrame(out, [&](std::string* o) { return AppendFlatAnswer(reply, o); });
 }
 
 bool AppendFlatCallFrame(const FlatCallFacts& facts, std::string* out) {

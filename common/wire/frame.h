@@ -22,7 +22,8 @@ std::string EncodeFrame(const v1::SessionFrame& frame);
 
 /// Which flat frames (the length's top bit set) a peer reads: the daemon's
 /// answers to Open and Claim (common/wire/flat_answer.h; a client whose
-/// Hello asked), or a client's calls of a hand-over's path
+/// Hello asked; a Publish's answer only through AppendFlatAnswerFrame, to a
+/// client that said flat_publish_answers too), or a client's calls of a hand-over's path
 /// (common/wire/flat_call.h; a daemon whose Welcome says so). Each side
 /// sends flat frames of one kind only, and reads those of the other.
 enum class FlatFrames : uint8_t { kNone, kAnswers, kCalls };
@@ -36,6 +37,8 @@ std::string EncodeFrameFor(const v1::SessionFrame& frame, FlatFrames flat);
 /// the same bytes as EncodeFrameFor writes for the Reply that says the same.
 /// False, with nothing written, when they do not fit the layout.
 bool AppendFlatAnswerFrame(const FlatAnswerFacts& facts, std::string* out);
+/// The same from the Reply (an Open's, a Claim's or a Publish's).
+bool AppendFlatAnswerFrame(const v1::Reply& reply, std::string* out);
 
 /// Appends to `out` the flat frame of a call written straight from its facts
 /// (the client's own books, no message in between): the same bytes as

@@ -118,7 +118,7 @@ FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool
   const BufferView& v = grant.buffer;
   const ImportInfo& im = grant.import;
   FlatAnswerFacts f;
-  f.claim = claim;
+  f.kind = claim ? FlatAnswerFacts::Kind::kClaim : FlatAnswerFacts::Kind::kOpen;
   f.request_id = request_id;
   f.has_buffer = true;
   f.has_import = true;

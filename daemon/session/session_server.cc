@@ -648,7 +648,9 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   // of a hand-over's path, which this connection's decoder reads flat too
   // (common/wire/flat_call.h).
   c.flat = hello.flat_answers() ? FlatFrames::kAnswers : FlatFrames::kNone;
+  c.flat_publish = hello.flat_answers() && hello.flat_publish_answers();
   reply.mutable_welcome()->set_flat_answers(hello.flat_answers());
+  reply.mutable_welcome()->set_flat_publish_answers(c.flat_publish);
   reply.mutable_welcome()->set_flat_calls(true);
   return SendFrame(c, reply);
 }
@@ -826,7 +828,6 @@ SessionServer::Outcome SessionServer::OnCallAs(Connection& c, const CallT& call)
   // Blocks of this session's ranges that came back travel just before the
   // answer, in the same write: the daemon writes only when it answers.
   const std::vector<ReturnedBlock> returned = registry_.TakeReturnedBlocks(c.session);
-  if (returned.empty() && !granted) return SendFrame(c, reply);
   std::string bytes;
   if (!returned.empty()) {
     v1::SessionFrame note;
@@ -839,6 +840,12 @@ SessionServer::Outcome SessionServer::OnCallAs(Connection& c, const CallT& call)
     bytes = EncodeFrame(note);
   }
   if (granted) return SendGrant(c, request_id, IsClaim(call), grant, std::move(bytes));
+  // A Publish's answer (a confirmed seal waits for it) flat to a session
+  // that reads it so.
+  if (c.flat_publish && reply.has_reply() && reply.reply().has_publish() &&
+      AppendFlatAnswerFrame(reply.reply(), &bytes)) {
+    return SendBytes(c, std::move(bytes));
+  }
   return SendBytes(c, bytes + EncodeFrameFor(reply, c.flat));
 }
 

@@ -97,6 +97,8 @@ class SessionServer {
     bool said_goodbye = false;
     // kAnswers once its Hello asked: Open and Claim answered flat.
     FlatFrames flat = FlatFrames::kNone;
+    // And Publish's answer too (Hello.flat_publish_answers with flat_answers).
+    bool flat_publish = false;
     std::chrono::steady_clock::time_point hello_deadline;
     std::deque<Outgoing> out;  // replies the peer has not taken yet
     size_t out_offset = 0;     // bytes of out.front() already written

@@ -166,5 +166,78 @@ TEST(FlatAnswers, AClientReadingThemLearnsWhatOneReadingProtobufLearns) {
   ExpectSameBuffer(a_waited, p_waited);
 }
 
+// A Publish's answer goes flat only to a session that said, besides
+// flat_answers, flat_publish_answers: an older client's flat reader knows
+// Open's and Claim's only. Either way it says the same.
+TEST(FlatAnswers, APublishIsAnsweredFlatOnlyToASessionThatSaidSo) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  v1::Reply answers[2];
+  for (bool ask : {false, true}) {
+    SCOPED_TRACE(ask ? "said flat_publish_answers" : "flat_answers only");
+    auto raw = RawSession::Connect(daemon.socket_dir());
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    v1::SessionFrame hello;
+    hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+    hello.mutable_hello()->set_client_name("raw");
+    hello.mutable_hello()->set_flat_answers(true);
+    hello.mutable_hello()->set_flat_publish_answers(ask);
+    ASSERT_TRUE(raw->Send(hello).ok());
+    auto welcome = raw->Read(5s);
+    ASSERT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
+    EXPECT_EQ((*welcome)->welcome().flat_publish_answers(), ask);
+
+    // A range of the tenant's arena, and a block of it named and sealed.
+    v1::SessionFrame lease;
+    lease.mutable_call()->set_request_id(1);
+    lease.mutable_call()->mutable_lease_range()->set_min_bytes(1 << 20);
+    lease.mutable_call()->mutable_lease_range()->set_want_bytes(1 << 20);
+    ASSERT_TRUE(raw->Send(lease).ok());
+    auto leased = raw->Read(5s);
+    ASSERT_TRUE(leased.ok() && leased->has_value() && (*leased)->has_reply())
+        << ((leased.ok() && leased->has_value()) ? (*leased)->DebugString() : "");
+    const uint64_t range = (*leased)->reply().lease_range().range_id();
+
+    v1::SessionFrame publish;
+    publish.mutable_call()->set_request_id(2);
+    v1::PublishRequest* p = publish.mutable_call()->mutable_publish();
+    p->set_range_id(range);
+    p->set_offset(0);
+    p->set_reserved(4096);
+    p->set_size(4000);
+    p->set_name(ask ? "flat.published" : "plain.published");
+    p->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+    p->mutable_tensor()->add_shape(1000);
+    p->set_seal(true);
+    ASSERT_TRUE(raw->Send(publish).ok());
+    const std::string header = ReadExactly(raw->fd(), kFrameHeaderBytes);
+    ASSERT_EQ(header.size(), kFrameHeaderBytes);
+    uint32_t len = 0;
+    std::memcpy(&len, header.data(), 4);
+    EXPECT_EQ((len & kFlatFrameBit) != 0, ask);
+    const std::string body = ReadExactly(raw->fd(), len & ~kFlatFrameBit);
+    FrameDecoder decoder;
+    decoder.AcceptFlatAnswers();
+    decoder.Append(header + body);
+    auto frame = decoder.Next();
+    ASSERT_TRUE(frame.ok() && frame->has_value()) << frame.status();
+    ASSERT_TRUE((*frame)->has_reply()) << (*frame)->DebugString();
+    answers[ask] = (*frame)->reply();
+    EXPECT_EQ(answers[ask].request_id(), 2u);
+    EXPECT_EQ(answers[ask].publish().buffer().name(), p->name());
+    EXPECT_EQ(answers[ask].publish().buffer().state(), v1::BUFFER_STATE_SEALED);
+  }
+  // The same facts but the buffer's own (id, name, owner, time made).
+  for (v1::Reply& r : answers) {
+    v1::BufferInfo* b = r.mutable_publish()->mutable_buffer();
+    b->clear_id();
+    b->clear_name();
+    b->clear_owner_session();
+    b->clear_created_unix_ms();
+    r.clear_request_id();
+  }
+  EXPECT_EQ(answers[0].DebugString(), answers[1].DebugString());
+}
+
 }  // namespace
 }  // namespace gpubroker::testing

@@ -53,6 +53,49 @@ TEST(FlatAnswer, CarriesEveryFieldOfAnOpenAndOfAClaim) {
   }
 }
 
+// A Publish's answer (for a client that says flat_publish_answers): its
+// buffer, every field of it, and no import; one that claims an import is
+// refused.
+TEST(FlatAnswer, CarriesEveryFieldOfAPublishAndNoImport) {
+  v1::Reply reply;
+  reply.set_request_id(0x0123456789abcdefull);
+  FillEveryField(reply.mutable_publish(), 9);
+  std::string diff;
+  MessageDifferencer differ;
+  differ.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differ.Compare(reply, RoundTrip(reply))) << diff;
+  v1::Reply bare;
+  bare.mutable_publish();  // no buffer
+  EXPECT_TRUE(MessageDifferencer::Equals(bare, RoundTrip(bare)));
+
+  std::string bytes;
+  ASSERT_TRUE(AppendFlatAnswer(reply, &bytes));
+  FlatAnswerRead read;
+  ASSERT_TRUE(DecodeFlatAnswer(bytes, &read).ok());
+  EXPECT_EQ(read.facts().kind, FlatAnswerFacts::Kind::kPublish);
+  EXPECT_FALSE(read.facts().has_import);
+  FlatAnswerFacts with_import = read.facts();
+  with_import.has_import = true;
+  std::string out;
+  EXPECT_FALSE(AppendFlatAnswer(with_import, &out));
+  EXPECT_TRUE(out.empty());
+  std::string bad = bytes;
+  bad[5] = static_cast<char>(bad[5] | 16);  // the import's flag
+  EXPECT_EQ(DecodeFlatAnswer(bad, &read).code(), absl::StatusCode::kInvalidArgument);
+  bad = bytes;
+  bad[1] = 4;  // no such answer
+  EXPECT_EQ(DecodeFlatAnswer(bad, &read).code(), absl::StatusCode::kInvalidArgument);
+
+  // EncodeFrameFor writes it flat to nobody: only AppendFlatAnswerFrame
+  // does, for a session that said it reads it.
+  v1::SessionFrame frame;
+  *frame.mutable_reply() = reply;
+  EXPECT_EQ(EncodeFrameFor(frame, FlatFrames::kAnswers), EncodeFrame(frame));
+  std::string flat_frame;
+  ASSERT_TRUE(AppendFlatAnswerFrame(reply, &flat_frame));
+  ExpectDecodedAtEveryCut(flat_frame, FlatFrames::kAnswers, {frame});
+}
+
 TEST(FlatAnswer, KeepsWhichPartsArePresent) {
   v1::Reply reply;
   reply.set_request_id(3);
@@ -100,7 +143,8 @@ TEST(FlatAnswer, ReadInPlaceGivesBackEveryFieldAsWritten) {
     ASSERT_TRUE(AppendFlatAnswer(EveryFieldAnswer(claim), &bytes));
     FlatAnswerRead read;
     ASSERT_TRUE(DecodeFlatAnswer(bytes, &read).ok());
-    EXPECT_EQ(read.facts().claim, claim);
+    EXPECT_EQ(read.facts().kind,
+              claim ? FlatAnswerFacts::Kind::kClaim : FlatAnswerFacts::Kind::kOpen);
     EXPECT_EQ(read.facts().request_id, 0xfedcba9876543210ull);
     std::string again;
     ASSERT_TRUE(AppendFlatAnswer(read.facts(), &again));
@@ -147,7 +191,7 @@ TEST(FlatFrames, BodiesComeOutUndecodedAndDecodeAsNextWould) {
   EXPECT_TRUE((*first)->flat);
   FlatAnswerRead read;
   ASSERT_TRUE(DecodeFlatAnswer((*first)->bytes, &read).ok());
-  EXPECT_TRUE(read.facts().claim);
+  EXPECT_EQ(read.facts().kind, FlatAnswerFacts::Kind::kClaim);
   v1::SessionFrame decoded;
   ASSERT_TRUE(FrameDecoder::Decode(**first, FlatFrames::kAnswers, &decoded).ok());
   EXPECT_TRUE(MessageDifferencer::Equals(decoded, open));

@@ -56,6 +56,22 @@ TEST(Grant, AFlatAnswerTellsWhatItsMessageTells) {
   }
 }
 
+TEST(Grant, AFlatPublishAnswerTellsWhatItsMessageTells) {
+  v1::Reply reply;
+  reply.set_request_id(5);
+  testing_util::FillEveryField(reply.mutable_publish(), 4);
+  reply.mutable_publish()->mutable_buffer()->set_state(v1::BUFFER_STATE_SEALED);
+  std::string flat;
+  ASSERT_TRUE(AppendFlatAnswer(reply, &flat));
+  Grant from_flat;
+  ASSERT_TRUE(from_flat.TakeFlat(flat).ok());
+  Grant from_message;
+  from_message.Take(reply.publish().buffer());
+  testing_util::ExpectSameInfo(from_flat.info, from_message.info);
+  EXPECT_EQ(from_flat.import.kind, v1::IMPORT_KIND_UNSPECIFIED);  // nothing to map
+  EXPECT_EQ(from_message.import.kind, v1::IMPORT_KIND_UNSPECIFIED);
+}
+
 TEST(Grant, ItsImportViewsWhatItHolds) {
   v1::Reply reply;
   testing_util::FillEveryField(reply.mutable_open(), 5);
