@@ -28,6 +28,7 @@ constexpr uint8_t kFlagImport = 16;
 constexpr uint8_t kKnownFlags =
     kFlagKeep | kFlagClientMade | kFlagBuffer | kFlagTensor | kFlagImport;
 
+using flat::IsUtf8;
 using flat::kMaxCount;
 using flat::kMaxString;
 using flat::Reader;
@@ -209,13 +210,24 @@ absl::Status DecodeFlatAnswer(std::string_view body, FlatAnswerRead* out) {
   for (int i = 0; i < n_shared; ++i) f.shared_with.push_back(r.View());
   f.export_data = r.View();
   f.import_device_uuid = r.View();
+  // What protobuf's parse would refuse of the message, so is refused here:
+  // its `string` fields hold UTF-8 (export_data is `bytes`).
+  bool utf8 = IsUtf8(f.name) && IsUtf8(f.device_uuid) && IsUtf8(f.tenant) && IsUtf8(f.backing) &&
+              IsUtf8(f.import_device_uuid);
+  for (std::string_view s : f.shared_with) utf8 = utf8 && IsUtf8(s);
+  absl::Status refused;
   if (!r.done()) {
+    refused =
+        absl::InvalidArgumentError(StrCat("flat answer of ", body.size(), " bytes ",
+                                          r.ok() ? "has bytes past its end" : "is truncated"));
+  } else if (!utf8) {
+    refused = absl::InvalidArgumentError("flat answer with a string that is not UTF-8");
+  }
+  if (!refused.ok()) {
     f = FlatAnswerFacts{};
     out->dims_.clear();
-    return absl::InvalidArgumentError(StrCat("flat answer of ", body.size(), " bytes ",
-                                             r.ok() ? "has bytes past its end" : "is truncated"));
   }
-  return absl::OkStatus();
+  return refused;
 }
 
 absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {

@@ -127,6 +127,13 @@ TEST(FlatAnswer, RefusesBytesThatAreNotExactlyOneAnswer) {
     EXPECT_EQ(DecodeFlatAnswer(bad, &out).code(), absl::StatusCode::kInvalidArgument)
         << "byte " << at;
   }
+  // A string that is not UTF-8, which protobuf's parse of the message
+  // would refuse too.
+  v1::Reply not_utf8 = EveryFieldAnswer(false);
+  not_utf8.mutable_open()->mutable_buffer()->set_tenant("t\xc3");
+  std::string not_utf8_bytes;
+  ASSERT_TRUE(AppendFlatAnswer(not_utf8, &not_utf8_bytes));
+  EXPECT_EQ(DecodeFlatAnswer(not_utf8_bytes, &out).code(), absl::StatusCode::kInvalidArgument);
   // A string whose length runs past the end.
   std::string bad = bytes;
   bad.resize(bad.size() - 1);
