@@ -150,9 +150,21 @@ FlatCallFacts FactsOf(const v1::Call& call) {
   return f;
 }
 
-bool IsFlatKind(v1::Call::RequestCase c) {
-  return c == v1::Call::kOpen || c == v1::Call::kPublish || c == v1::Call::kRelease ||
-         c == v1::Call::kClaim;
+// The calls the layout carries: an Open, a Publish, a Release or a Claim,
+// but not an Open whose reference is present and names nothing, which the
+// layout cannot tell from one with no reference (the daemon refuses both
+// alike; it goes as protobuf, so that what is read is what was written).
+bool Carried(const v1::Call& call) {
+  switch (call.request_case()) {
+    case v1::Call::kOpen:
+      return !call.open().has_ref() || call.open().ref().ref_case() != v1::BufferRef::REF_NOT_SET;
+    case v1::Call::kPublish:
+    case v1::Call::kRelease:
+    case v1::Call::kClaim:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool Fits(const FlatCallFacts& f) {
@@ -162,12 +174,10 @@ bool Fits(const FlatCallFacts& f) {
 
 }  // namespace
 
-bool FitsFlatCall(const v1::Call& call) {
-  return IsFlatKind(call.request_case()) && Fits(FactsOf(call));
-}
+bool FitsFlatCall(const v1::Call& call) { return Carried(call) && Fits(FactsOf(call)); }
 
 bool AppendFlatCall(const v1::Call& call, std::string* out) {
-  return IsFlatKind(call.request_case()) && AppendFlatCall(FactsOf(call), out);
+  return Carried(call) && AppendFlatCall(FactsOf(call), out);
 }
 
 bool AppendFlatCall(const FlatCallFacts& f, std::string* out) {

@@ -217,6 +217,12 @@ TEST(FlatCall, KeepsWhichPartsArePresent) {
   for (const v1::Call& call : calls) {
     EXPECT_TRUE(MessageDifferencer::Equals(call, RoundTrip(call))) << call.DebugString();
   }
+  // A reference present that names nothing reads like none at all: that
+  // Open is not written flat, so that a frame reads as it was written.
+  v1::SessionFrame empty_ref;
+  empty_ref.mutable_call()->mutable_open()->mutable_ref();
+  EXPECT_FALSE(FitsFlatCall(empty_ref.call()));
+  EXPECT_EQ(EncodeFrameFor(empty_ref, FlatFrames::kCalls), EncodeFrame(empty_ref));
 }
 
 TEST(FlatCall, RefusesBytesThatAreNotExactlyOneCall) {
