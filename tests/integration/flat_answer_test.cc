@@ -41,6 +41,39 @@ std::string ReadExactly(int fd, size_t n) {
   return out;
 }
 
+// A raw session whose Hello says `flat_answers` and `flat_publish`; the
+// Welcome is checked to echo them.
+void SayHello(RawSession& raw, bool flat_answers, bool flat_publish) {
+  v1::SessionFrame hello;
+  hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+  hello.mutable_hello()->set_client_name("raw");
+  hello.mutable_hello()->set_flat_answers(flat_answers);
+  hello.mutable_hello()->set_flat_publish_answers(flat_publish);
+  ASSERT_TRUE(raw.Send(hello).ok());
+  auto welcome = raw.Read(5s);
+  ASSERT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
+  EXPECT_EQ((*welcome)->welcome().flat_answers(), flat_answers);
+  EXPECT_EQ((*welcome)->welcome().flat_publish_answers(), flat_answers && flat_publish);
+}
+
+// Sends `call` and reads the frame that answers it, byte by byte as it came:
+// `*flat` says whether it was a flat frame.
+void AnswerOf(RawSession& raw, const v1::SessionFrame& call, v1::SessionFrame* answer, bool* flat) {
+  ASSERT_TRUE(raw.Send(call).ok());
+  const std::string header = ReadExactly(raw.fd(), kFrameHeaderBytes);
+  ASSERT_EQ(header.size(), kFrameHeaderBytes);
+  uint32_t len = 0;
+  std::memcpy(&len, header.data(), 4);
+  *flat = (len & kFlatFrameBit) != 0;
+  const std::string body = ReadExactly(raw.fd(), len & ~kFlatFrameBit);
+  FrameDecoder decoder;
+  decoder.AcceptFlatAnswers();
+  decoder.Append(header + body);
+  auto frame = decoder.Next();
+  ASSERT_TRUE(frame.ok() && frame->has_value()) << frame.status();
+  *answer = std::move(**frame);
+}
+
 TEST(FlatAnswers, TheDaemonSendsThemOnlyToASessionThatAsked) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
@@ -54,31 +87,16 @@ TEST(FlatAnswers, TheDaemonSendsThemOnlyToASessionThatAsked) {
     SCOPED_TRACE(ask ? "asked for flat answers" : "did not ask");
     auto raw = RawSession::Connect(daemon.socket_dir());
     ASSERT_TRUE(raw.ok()) << raw.status();
-    v1::SessionFrame hello;
-    hello.mutable_hello()->set_protocol_version(kProtocolVersion);
-    hello.mutable_hello()->set_client_name("raw");
-    hello.mutable_hello()->set_flat_answers(ask);
-    ASSERT_TRUE(raw->Send(hello).ok());
-    auto welcome = raw->Read(5s);
-    ASSERT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
-    EXPECT_EQ((*welcome)->welcome().flat_answers(), ask);
+    ASSERT_NO_FATAL_FAILURE(SayHello(*raw, ask, false));
 
     v1::SessionFrame call;
     call.mutable_call()->set_request_id(7);
     call.mutable_call()->mutable_open()->mutable_ref()->set_name("flat.raw");
-    ASSERT_TRUE(raw->Send(call).ok());
-    const std::string header = ReadExactly(raw->fd(), kFrameHeaderBytes);
-    ASSERT_EQ(header.size(), kFrameHeaderBytes);
-    uint32_t len = 0;
-    std::memcpy(&len, header.data(), 4);
-    EXPECT_EQ((len & kFlatFrameBit) != 0, ask);
-    const std::string body = ReadExactly(raw->fd(), len & ~kFlatFrameBit);
-    FrameDecoder decoder;
-    decoder.AcceptFlatAnswers();
-    decoder.Append(header + body);
-    auto frame = decoder.Next();
-    ASSERT_TRUE(frame.ok() && frame->has_value()) << frame.status();
-    const v1::Reply& reply = (*frame)->reply();
+    v1::SessionFrame answer;
+    bool flat = false;
+    ASSERT_NO_FATAL_FAILURE(AnswerOf(*raw, call, &answer, &flat));
+    EXPECT_EQ(flat, ask);
+    const v1::Reply& reply = answer.reply();
     EXPECT_EQ(reply.request_id(), 7u);
     EXPECT_EQ(reply.open().buffer().name(), "flat.raw");
     EXPECT_EQ(reply.open().buffer().id(), b.id());
@@ -177,15 +195,7 @@ TEST(FlatAnswers, APublishIsAnsweredFlatOnlyToASessionThatSaidSo) {
     SCOPED_TRACE(ask ? "said flat_publish_answers" : "flat_answers only");
     auto raw = RawSession::Connect(daemon.socket_dir());
     ASSERT_TRUE(raw.ok()) << raw.status();
-    v1::SessionFrame hello;
-    hello.mutable_hello()->set_protocol_version(kProtocolVersion);
-    hello.mutable_hello()->set_client_name("raw");
-    hello.mutable_hello()->set_flat_answers(true);
-    hello.mutable_hello()->set_flat_publish_answers(ask);
-    ASSERT_TRUE(raw->Send(hello).ok());
-    auto welcome = raw->Read(5s);
-    ASSERT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
-    EXPECT_EQ((*welcome)->welcome().flat_publish_answers(), ask);
+    ASSERT_NO_FATAL_FAILURE(SayHello(*raw, true, ask));
 
     // A range of the tenant's arena, and a block of it named and sealed.
     v1::SessionFrame lease;
@@ -209,20 +219,12 @@ TEST(FlatAnswers, APublishIsAnsweredFlatOnlyToASessionThatSaidSo) {
     p->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
     p->mutable_tensor()->add_shape(1000);
     p->set_seal(true);
-    ASSERT_TRUE(raw->Send(publish).ok());
-    const std::string header = ReadExactly(raw->fd(), kFrameHeaderBytes);
-    ASSERT_EQ(header.size(), kFrameHeaderBytes);
-    uint32_t len = 0;
-    std::memcpy(&len, header.data(), 4);
-    EXPECT_EQ((len & kFlatFrameBit) != 0, ask);
-    const std::string body = ReadExactly(raw->fd(), len & ~kFlatFrameBit);
-    FrameDecoder decoder;
-    decoder.AcceptFlatAnswers();
-    decoder.Append(header + body);
-    auto frame = decoder.Next();
-    ASSERT_TRUE(frame.ok() && frame->has_value()) << frame.status();
-    ASSERT_TRUE((*frame)->has_reply()) << (*frame)->DebugString();
-    answers[ask] = (*frame)->reply();
+    v1::SessionFrame answer;
+    bool flat = false;
+    ASSERT_NO_FATAL_FAILURE(AnswerOf(*raw, publish, &answer, &flat));
+    EXPECT_EQ(flat, ask);
+    ASSERT_TRUE(answer.has_reply()) << answer.DebugString();
+    answers[ask] = answer.reply();
     EXPECT_EQ(answers[ask].request_id(), 2u);
     EXPECT_EQ(answers[ask].publish().buffer().name(), p->name());
     EXPECT_EQ(answers[ask].publish().buffer().state(), v1::BUFFER_STATE_SEALED);
