@@ -484,13 +484,8 @@ class ClientImpl {
   void DrainReturned();
   /// The counters a call carries (ClientCounters' fields), compared as
   /// numbers to tell whether they changed.
-  struct CounterValues {
-    uint64_t allocations = 0, in_use_blocks = 0, in_use_bytes = 0, range_bytes = 0, cache_hits = 0,
-             daemon_allocations = 0, grpc_allocations = 0, opens_arena = 0, opens_import = 0,
-             opens_grpc = 0, opens_cached = 0, mapping_cache_misses = 0,
-             mapping_cache_evictions = 0, mapping_cache_bytes = 0;
-    bool operator==(const CounterValues&) const = default;
-  };
+  // (As a flat call carries them: the client writes them from these.)
+  using CounterValues = FlatCallFacts::Counters;
   CounterValues Counters() const;
   // This client's counters, on `call` when they changed since the last
   // frame that carried them (most calls change none: the daemon then skips

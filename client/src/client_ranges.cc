@@ -178,41 +178,13 @@ void ClientImpl::AttachCounters(FlatCallFacts& call) {
   CounterValues now;
   if (call.has_counters || !CountersToSend(&now, false)) return;
   call.has_counters = true;
-  FlatCallFacts::Counters& c = call.counters;
-  c.allocations = now.allocations;
-  c.in_use_blocks = now.in_use_blocks;
-  c.in_use_bytes = now.in_use_bytes;
-  c.range_bytes = now.range_bytes;
-  c.cache_hits = now.cache_hits;
-  c.daemon_allocations = now.daemon_allocations;
-  c.grpc_allocations = now.grpc_allocations;
-  c.opens_arena = now.opens_arena;
-  c.opens_import = now.opens_import;
-  c.opens_grpc = now.opens_grpc;
-  c.opens_cached = now.opens_cached;
-  c.mapping_cache_misses = now.mapping_cache_misses;
-  c.mapping_cache_evictions = now.mapping_cache_evictions;
-  c.mapping_cache_bytes = now.mapping_cache_bytes;
+  call.counters = now;
 }
 
 void ClientImpl::AttachCounters(v1::Call& call, bool always) {
   CounterValues now;
   if (call.has_counters() || !CountersToSend(&now, always)) return;
-  v1::ClientCounters* c = call.mutable_counters();
-  c->set_allocations(now.allocations);
-  c->set_in_use_blocks(now.in_use_blocks);
-  c->set_in_use_bytes(now.in_use_bytes);
-  c->set_range_bytes(now.range_bytes);
-  c->set_cache_hits(now.cache_hits);
-  c->set_daemon_allocations(now.daemon_allocations);
-  c->set_grpc_allocations(now.grpc_allocations);
-  c->set_opens_arena(now.opens_arena);
-  c->set_opens_import(now.opens_import);
-  c->set_opens_grpc(now.opens_grpc);
-  c->set_opens_cached(now.opens_cached);
-  c->set_mapping_cache_misses(now.mapping_cache_misses);
-  c->set_mapping_cache_evictions(now.mapping_cache_evictions);
-  c->set_mapping_cache_bytes(now.mapping_cache_bytes);
+  CountersToProto(now, call.mutable_counters());
 }
 
 void ClientImpl::Count(Path path) { paths_[static_cast<int>(path)]++; }
@@ -402,13 +374,7 @@ FlatCallFacts ClientImpl::PublishCall(const LocalBlock& lb, const BufferInfo& in
   call.reserved = lb.block.size;
   call.size = lb.size;
   call.name = info.name;
-  if (info.tensor) {
-    call.has_tensor = true;
-    call.dtype = static_cast<int32_t>(info.tensor->dtype);
-    call.shape = info.tensor->shape;
-    call.strides = info.tensor->strides;
-    call.byte_offset = info.tensor->byte_offset;
-  }
+  TensorToFacts(info.tensor, &call);
   call.seal = seal;
   call.fence_offset = lb.fence_offset;
   call.fence_value = lb.fence_value;

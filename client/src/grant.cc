@@ -51,13 +51,7 @@ BufferInfo FromFlat(const FlatAnswerFacts& f) {
   info.device_uuid = f.device_uuid;
   info.tenant = f.tenant;
   info.state = FromProto(static_cast<v1::BufferState>(f.state));
-  if (f.has_tensor) {
-    TensorDesc& t = info.tensor.emplace();
-    t.dtype = static_cast<DType>(f.dtype);
-    t.shape.assign(f.shape.begin(), f.shape.end());
-    t.strides.assign(f.strides.begin(), f.strides.end());
-    t.byte_offset = f.byte_offset;
-  }
+  info.tensor = TensorFromFacts<TensorDesc>(f);
   info.keep = f.keep;
   info.expires_unix_ms = f.expires_unix_ms;
   info.shared_with.assign(f.shared_with.begin(), f.shared_with.end());

@@ -4,6 +4,7 @@
 
 #include "common/strings.h"
 #include "common/wire/flat_io.h"
+#include "common/wire/tensor.h"
 
 namespace gpubroker {
 namespace {
@@ -75,10 +76,7 @@ FlatAnswerFacts FactsOf(const v1::Reply& reply) {
   f.tenant = b.tenant();
   f.backing = b.backing();
   f.shared_with.assign(b.shared_with().begin(), b.shared_with().end());
-  f.dtype = t.dtype();
-  f.shape = std::span<const int64_t>(t.shape().data(), static_cast<size_t>(t.shape_size()));
-  f.strides = std::span<const int64_t>(t.strides().data(), static_cast<size_t>(t.strides_size()));
-  f.byte_offset = t.byte_offset();
+  TensorProtoToFacts(t, &f);
   f.import_kind = im.kind();
   f.region_id = im.region_id();
   f.offset = im.offset();
@@ -263,13 +261,7 @@ absl::Status DecodeFlatAnswer(std::string_view body, v1::Reply* out) {
     b->set_tenant(f.tenant.data(), f.tenant.size());
     b->set_backing(f.backing.data(), f.backing.size());
     for (std::string_view s : f.shared_with) b->add_shared_with(s.data(), s.size());
-    if (f.has_tensor) {
-      v1::TensorDescriptor* t = b->mutable_tensor();
-      t->set_dtype(static_cast<v1::DType>(f.dtype));
-      t->mutable_shape()->Add(f.shape.begin(), f.shape.end());
-      t->mutable_strides()->Add(f.strides.begin(), f.strides.end());
-      t->set_byte_offset(f.byte_offset);
-    }
+    if (f.has_tensor) TensorToProto(f, b->mutable_tensor());
   }
   if (f.has_import && a != nullptr) {
     v1::ImportDescriptor* im = a->mutable_import();

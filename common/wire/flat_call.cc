@@ -4,6 +4,7 @@
 
 #include "common/strings.h"
 #include "common/wire/flat_io.h"
+#include "common/wire/tensor.h"
 
 namespace gpubroker {
 namespace {
@@ -85,23 +86,7 @@ FlatCallFacts FactsOf(const v1::Call& call) {
   FlatCallFacts f;
   f.request_id = call.request_id();
   f.has_counters = call.has_counters();
-  if (f.has_counters) {
-    const v1::ClientCounters& c = call.counters();
-    f.counters = {c.allocations(),
-                  c.in_use_blocks(),
-                  c.in_use_bytes(),
-                  c.range_bytes(),
-                  c.cache_hits(),
-                  c.daemon_allocations(),
-                  c.grpc_allocations(),
-                  c.opens_arena(),
-                  c.opens_cached(),
-                  c.opens_import(),
-                  c.opens_grpc(),
-                  c.mapping_cache_misses(),
-                  c.mapping_cache_evictions(),
-                  c.mapping_cache_bytes()};
-  }
+  if (f.has_counters) f.counters = CountersFromProto(call.counters());
   switch (call.request_case()) {
     case v1::Call::kOpen: {
       const v1::OpenRequest& o = call.open();
@@ -122,17 +107,14 @@ FlatCallFacts FactsOf(const v1::Call& call) {
       f.kind = FlatCallFacts::Kind::kPublish;
       f.seal = p.seal();
       f.has_tensor = p.has_tensor();
-      f.dtype = t.dtype();
+
       f.range_id = p.range_id();
       f.offset = p.offset();
       f.reserved = p.reserved();
       f.size = p.size();
       f.fence_offset = p.fence_offset();
       f.fence_value = p.fence_value();
-      f.byte_offset = t.byte_offset();
-      f.shape = std::span<const int64_t>(t.shape().data(), static_cast<size_t>(t.shape_size()));
-      f.strides =
-          std::span<const int64_t>(t.strides().data(), static_cast<size_t>(t.strides_size()));
+      TensorProtoToFacts(t, &f);
       f.name = p.name();
       break;
     }
@@ -244,27 +226,46 @@ bool AppendFlatCall(const FlatCallFacts& f, std::string* out) {
   return true;
 }
 
+FlatCallFacts::Counters CountersFromProto(const v1::ClientCounters& c) {
+  FlatCallFacts::Counters v;
+  v.allocations = c.allocations();
+  v.in_use_blocks = c.in_use_blocks();
+  v.in_use_bytes = c.in_use_bytes();
+  v.range_bytes = c.range_bytes();
+  v.cache_hits = c.cache_hits();
+  v.daemon_allocations = c.daemon_allocations();
+  v.grpc_allocations = c.grpc_allocations();
+  v.opens_arena = c.opens_arena();
+  v.opens_cached = c.opens_cached();
+  v.opens_import = c.opens_import();
+  v.opens_grpc = c.opens_grpc();
+  v.mapping_cache_misses = c.mapping_cache_misses();
+  v.mapping_cache_evictions = c.mapping_cache_evictions();
+  v.mapping_cache_bytes = c.mapping_cache_bytes();
+  return v;
+}
+
+void CountersToProto(const FlatCallFacts::Counters& v, v1::ClientCounters* c) {
+  c->set_allocations(v.allocations);
+  c->set_in_use_blocks(v.in_use_blocks);
+  c->set_in_use_bytes(v.in_use_bytes);
+  c->set_range_bytes(v.range_bytes);
+  c->set_cache_hits(v.cache_hits);
+  c->set_daemon_allocations(v.daemon_allocations);
+  c->set_grpc_allocations(v.grpc_allocations);
+  c->set_opens_arena(v.opens_arena);
+  c->set_opens_cached(v.opens_cached);
+  c->set_opens_import(v.opens_import);
+  c->set_opens_grpc(v.opens_grpc);
+  c->set_mapping_cache_misses(v.mapping_cache_misses);
+  c->set_mapping_cache_evictions(v.mapping_cache_evictions);
+  c->set_mapping_cache_bytes(v.mapping_cache_bytes);
+}
+
 void ToCall(const FlatCallFacts& f, v1::Call* out) {
   out->Clear();
   out->set_request_id(f.request_id);
-  if (f.has_counters) {
-    v1::ClientCounters* c = out->mutable_counters();
-    const FlatCallFacts::Counters& v = f.counters;
-    c->set_allocations(v.allocations);
-    c->set_in_use_blocks(v.in_use_blocks);
-    c->set_in_use_bytes(v.in_use_bytes);
-    c->set_range_bytes(v.range_bytes);
-    c->set_cache_hits(v.cache_hits);
-    c->set_daemon_allocations(v.daemon_allocations);
-    c->set_grpc_allocations(v.grpc_allocations);
-    c->set_opens_arena(v.opens_arena);
-    c->set_opens_cached(v.opens_cached);
-    c->set_opens_import(v.opens_import);
-    c->set_opens_grpc(v.opens_grpc);
-    c->set_mapping_cache_misses(v.mapping_cache_misses);
-    c->set_mapping_cache_evictions(v.mapping_cache_evictions);
-    c->set_mapping_cache_bytes(v.mapping_cache_bytes);
-  }
+  if (f.has_counters) CountersToProto(f.counters, out->mutable_counters());
   switch (f.kind) {
     case FlatCallFacts::Kind::kOpen: {
       v1::OpenRequest* o = out->mutable_open();
@@ -286,13 +287,7 @@ void ToCall(const FlatCallFacts& f, v1::Call* out) {
       p->set_seal(f.seal);
       p->set_fence_offset(f.fence_offset);
       p->set_fence_value(f.fence_value);
-      if (f.has_tensor) {
-        v1::TensorDescriptor* t = p->mutable_tensor();
-        t->set_dtype(static_cast<v1::DType>(f.dtype));
-        t->mutable_shape()->Add(f.shape.begin(), f.shape.end());
-        t->mutable_strides()->Add(f.strides.begin(), f.strides.end());
-        t->set_byte_offset(f.byte_offset);
-      }
+      if (f.has_tensor) TensorToProto(f, p->mutable_tensor());
       break;
     }
     case FlatCallFacts::Kind::kRelease: {

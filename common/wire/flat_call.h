@@ -41,6 +41,7 @@ struct FlatCallFacts {
              daemon_allocations = 0, grpc_allocations = 0, opens_arena = 0, opens_cached = 0,
              opens_import = 0, opens_grpc = 0, mapping_cache_misses = 0,
              mapping_cache_evictions = 0, mapping_cache_bytes = 0;
+    bool operator==(const Counters&) const = default;
   } counters;
   // Open: its BufferRef (by id, by name, or neither), and Release: its id.
   bool by_id = false, by_name = false;
@@ -67,6 +68,12 @@ bool AppendFlatCall(const FlatCallFacts& facts, std::string* out);
 
 /// The Call that `facts` say, for a daemon that reads protobuf only.
 void ToCall(const FlatCallFacts& facts, v1::Call* out);
+
+/// A client's counters between the message and the facts: the one copy of
+/// their fields (the client keeps its counters as facts, the daemon reads
+/// either form).
+FlatCallFacts::Counters CountersFromProto(const v1::ClientCounters& counters);
+void CountersToProto(const FlatCallFacts::Counters& counters, v1::ClientCounters* out);
 
 /// Whether `call` is one that AppendFlatCall writes: an Open, a Publish, a
 /// Release or a Claim whose strings and lists fit the layout's bounds. The

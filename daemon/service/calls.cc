@@ -267,30 +267,11 @@ absl::Status BrokerCalls::Claim(const SessionView& s, const v1::ClaimRequest& re
 }
 
 void BrokerCalls::RecordCounters(const SessionView& s, const FlatCallFacts::Counters& c) {
-  DoRecordCounters(s, FromFlat(c));
+  metrics_.ClientReported(registry_.RecordCounters(s.id, FromFlat(c)));
 }
 
 void BrokerCalls::RecordCounters(const SessionView& s, const v1::ClientCounters& c) {
-  ClientCounters counters;
-  counters.allocations = c.allocations();
-  counters.in_use_blocks = c.in_use_blocks();
-  counters.in_use_bytes = c.in_use_bytes();
-  counters.range_bytes = c.range_bytes();
-  counters.cache_hits = c.cache_hits();
-  counters.daemon_allocations = c.daemon_allocations();
-  counters.grpc_allocations = c.grpc_allocations();
-  counters.opens_arena = c.opens_arena();
-  counters.opens_cached = c.opens_cached();
-  counters.opens_import = c.opens_import();
-  counters.opens_grpc = c.opens_grpc();
-  counters.mapping_cache_misses = c.mapping_cache_misses();
-  counters.mapping_cache_evictions = c.mapping_cache_evictions();
-  counters.mapping_cache_bytes = c.mapping_cache_bytes();
-  DoRecordCounters(s, counters);
-}
-
-void BrokerCalls::DoRecordCounters(const SessionView& s, const ClientCounters& counters) {
-  metrics_.ClientReported(registry_.RecordCounters(s.id, counters));
+  RecordCounters(s, CountersFromProto(c));
 }
 
 void BrokerCalls::Unmapped(const SessionView& s, const v1::Unmapped& unmapped) {

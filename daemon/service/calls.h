@@ -118,7 +118,6 @@ class BrokerCalls {
   absl::Status DoPublish(const SessionView& s, const PublishParams& params,
                          v1::PublishResponse* resp);
   absl::Status DoRelease(const SessionView& s, BufferId id, bool free, bool keep_mapping);
-  void DoRecordCounters(const SessionView& s, const ClientCounters& counters);
 
   Registry& registry_;
   Metrics& metrics_;

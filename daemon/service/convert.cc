@@ -129,13 +129,7 @@ FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool
   f.device_uuid = v.device_uuid;
   f.tenant = v.tenant;
   f.state = ToProto(v.state);
-  if (v.tensor) {
-    f.has_tensor = true;
-    f.dtype = v.tensor->dtype;
-    f.shape = v.tensor->shape;
-    f.strides = v.tensor->strides;
-    f.byte_offset = v.tensor->byte_offset;
-  }
+  TensorToFacts(v.tensor, &f);
   f.keep = v.keep;
   f.expires_unix_ms = v.expires_unix_ms;
   f.shared_with.assign(v.shared_with.begin(), v.shared_with.end());
@@ -274,13 +268,7 @@ PublishParams FromFlatPublish(const FlatCallFacts& f) {
   p.reserved = f.reserved;
   p.size = f.size;
   p.name = f.name;
-  if (f.has_tensor) {
-    TensorDesc& t = p.tensor.emplace();
-    t.dtype = f.dtype;
-    t.shape.assign(f.shape.begin(), f.shape.end());
-    t.strides.assign(f.strides.begin(), f.strides.end());
-    t.byte_offset = f.byte_offset;
-  }
+  p.tensor = TensorFromFacts<TensorDesc>(f);
   p.seal = f.seal;
   p.fence_offset = f.fence_offset;
   p.fence_value = f.fence_value;
