@@ -229,6 +229,9 @@ void Buffer::Seal(void* stream, bool posted) {
   }
   const detail::LocalBlock* block = mapping_->local_block();
   const bool publish = block != nullptr && info_.id == 0;  // name and seal in one frame
+  // A consumer asleep in a wait for this name wakes while the daemon does
+  // (common/wake_board.h): right after a posted seal has gone; before a
+  // confirmed one, which returns only with the daemon's answer.
   if (posted) {
     if (publish) {
       posted_ = impl_->PostPublish(*block, info_);
@@ -237,9 +240,13 @@ void Buffer::Seal(void* stream, bool posted) {
       call.mutable_seal()->set_id(info_.id);
       posted_ = impl_->PostCall(std::move(call));
     }
-    if (posted_ != 0) return;
+    if (posted_ != 0) {
+      impl_->WakeName(info_.name);
+      return;
+    }
     // Not sent (too large for a frame, which these never are): sealed as seal() does.
   }
+  impl_->WakeName(info_.name);
   if (publish) {
     AdoptPublished(info_, impl_->Publish(*block, info_, true));
     return;

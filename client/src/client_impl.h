@@ -23,6 +23,8 @@
 #include "client/src/mapping_cache.h"
 #include "client/src/sub_allocator.h"
 #include "common/unique_fd.h"
+#include "common/unix_socket.h"
+#include "common/wake_board.h"
 #include "common/wire/frame.h"
 #include "gpubroker/error.hpp"
 #include "gpubroker/types.hpp"
@@ -103,6 +105,15 @@ class SessionChannel {
 
   const v1::Welcome& welcome() const { return welcome_; }
 
+  /// Wakes whoever sleeps on the wake board's word of `name` (a consumer
+  /// waiting for it in Open): a producer's client calls it as it seals a
+  /// named buffer, so that the consumer wakes while the daemon does
+  /// (common/wake_board.h). Nothing without a board.
+  void WakeName(std::string_view name) const;
+  /// How many of this session's waits for a name the producer's seal woke
+  /// (ClientStats::seal_wakes).
+  uint64_t seal_wakes() const { return seal_wakes_.load(std::memory_order_relaxed); }
+
   /// Called with the blocks the daemon returns (just before an answer), with
   /// this channel's lock held: it must not call the daemon.
   void set_returned_handler(std::function<void(const v1::BlocksReturned&)> handler) {
@@ -182,15 +193,24 @@ class SessionChannel {
   // Where the answer to one request lands.
   struct Slot {
     bool done = false;
-    bool posted = false;  // in posted_: counted in posted_waiting_ until done
+    bool posted = false;            // in posted_: counted in posted_waiting_ until done
+    uint32_t sleep_word = kNoWord;  // Exchange's
     Answer answer;
   };
 
   /// Sends `frame` (the request `id`) and waits until its answer comes:
   /// returns it, or throws the ErrorFrame that came instead, or why the
   /// session ended.
+  /// `sleep_word`: a word of the wake board that the caller also sleeps on
+  /// (its name's, for an Open that waits for a name), else kNoWord.
   Answer Exchange(const std::string& frame, uint64_t id, std::chrono::milliseconds timeout,
-                  std::chrono::microseconds awake = std::chrono::microseconds(0));
+                  std::chrono::microseconds awake = std::chrono::microseconds(0),
+                  uint32_t sleep_word = kNoWord);
+  static constexpr uint32_t kNoWord = ~0u;
+  /// The name word an Open that waits for a name sleeps on, where this
+  /// session has a board; kNoWord for any other call.
+  uint32_t SleepWordOf(const v1::Call& call) const;
+  uint32_t SleepWordOf(const FlatCallFacts& call) const;
   /// Sends `call` and waits for its answer; nullopt, with nothing sent, when
   /// it does not fit in one frame.
   template <typename CallT>
@@ -227,7 +247,14 @@ class SessionChannel {
   /// is held (reading_); `lock` is released while reading.
   /// True when what it read arrived while it was waiting awake.
   bool ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
-                std::chrono::microseconds spin);
+                std::chrono::microseconds spin, uint32_t sleep_word = kNoWord);
+  /// ReadSome's blocking step for a reader whose own call sleeps on the
+  /// wake board: sleeps on the session's word and `sleep_word` instead of
+  /// the socket, then, woken, looks at the socket awake for a while. OK with
+  /// `*got` filled when something arrived; DEADLINE_EXCEEDED when nothing did.
+  absl::Status SleepOnBoard(uint32_t sleep_word, std::chrono::milliseconds timeout, char* buf,
+                            size_t size, std::vector<UniqueFd>* received,
+                            absl::StatusOr<Received>* got);
   void Dispatch(v1::SessionFrame frame);  // under mu_
   /// A flat answer (`body`, read into `facts`) to its slot. Under mu_.
   void DispatchFlat(const FlatAnswerFacts& facts, std::string_view body);
@@ -244,6 +271,11 @@ class SessionChannel {
   FlatFrames flat_calls_ = FlatFrames::kNone;
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds spin_;
+  // The tenant's wake board and this session's word on it (Welcome), where
+  // the daemon gave one; not valid otherwise.
+  WakeBoard board_;
+  uint32_t wake_word_ = 0;
+  std::atomic<uint64_t> seal_wakes_{0};
 
   std::mutex send_mu_;  // one frame goes out whole before the next
   std::mutex mu_;       // all that follows
@@ -340,6 +372,10 @@ class ClientImpl {
   void CollectCall(uint64_t id, Grant* grant);
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
+  /// Wakes a consumer asleep in a wait for `name` (SessionChannel::WakeName).
+  void WakeName(std::string_view name) const {
+    if (!name.empty()) session_channel_->WakeName(name);
+  }
   /// An Open's answer, mapped nothing yet: on session.sock, or through gRPC
   /// when it waits and the daemon does not park waiting Opens there.
   void AskOpen(BufferId id, std::string_view name, const OpenOptions& options, Grant* grant);

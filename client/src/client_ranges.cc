@@ -447,6 +447,7 @@ ClientStats ClientImpl::Stats() const {
   s.maps_imported = paths_[static_cast<int>(Path::kImported)];
   s.opens_grpc = paths_[static_cast<int>(Path::kOpenGrpc)];
   s.maps_cached = paths_[static_cast<int>(Path::kCached)];
+  s.seal_wakes = session_channel_->seal_wakes();
   s.publishes = publishes_;
   s.pending_releases = pending_releases();
   s.unsynced_releases = unsynced_releases();

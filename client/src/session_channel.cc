@@ -21,6 +21,12 @@ namespace {
 // deadline of days fits in poll's int) between slices.
 constexpr auto kReadSlice = std::chrono::milliseconds(1000);
 
+// How long a reader woken on the wake board waits on its socket before it
+// goes back to the board: the daemon's answer follows a producer's wake by
+// the daemon's own wake-up and turn (tens of µs, a few hundred when its CPU
+// wakes late).
+constexpr auto kAwakeAfterWake = std::chrono::milliseconds(1);
+
 uint64_t RequestIdOf(const v1::SessionFrame& f) {
   if (f.has_reply()) return f.reply().request_id();
   if (f.has_error()) return f.error().request_id();
@@ -59,11 +65,17 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
     hello.mutable_hello()->set_flat_publish_answers(true);
     decoder_.AcceptFlatAnswers();
   }
+  // A wait for a name sleeps on the tenant's wake board, where the
+  // producer's seal wakes it (common/wake_board.h); GPUBROKER_WAKE_BOARD=0
+  // sleeps on the socket alone.
+  const char* board = std::getenv("GPUBROKER_WAKE_BOARD");
+  hello.mutable_hello()->set_wake_board(board == nullptr || std::string_view(board) != "0");
   const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));
   // The answer to Hello has no request id: read it here, before anyone else can.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::optional<v1::SessionFrame> reply;
   std::string failure;
+  std::vector<UniqueFd> received;  // the wake board, with the Welcome
   while (!reply && failure.empty()) {
     auto frame = decoder_.Next();
     if (!frame.ok()) {
@@ -77,7 +89,7 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
         ThrowError(ErrorCode::kDeadlineExceeded, "session.sock: the daemon did not answer in time");
       }
       char buf[4096];
-      auto got = RecvSome(fd_.get(), buf, sizeof(buf), nullptr);
+      auto got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
       if (!got.ok()) {
         failure = std::string(View(got.status().message()));
       } else if (got->eof) {
@@ -98,6 +110,14 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
     ThrowError(ErrorCode::kInternal, "session.sock: the daemon did not answer Hello with Welcome");
   }
   welcome_ = reply->welcome();
+  if (welcome_.wake_word() >= kWakeBoardNameWords && welcome_.wake_word() < kWakeBoardWords &&
+      !received.empty()) {
+    // Without it (a board that does not map), waits sleep on the socket.
+    if (auto mapped = WakeBoard::Map(received.front().get()); mapped.ok()) {
+      board_ = std::move(*mapped);
+      wake_word_ = welcome_.wake_word();
+    }
+  }
   // The calls of a hand-over's path in the flat layout, where the daemon
   // reads them: with the flat answers, neither side of an Open runs
   // protobuf's parser (common/wire/flat_call.h). GPUBROKER_FLAT_CALLS=0
@@ -178,7 +198,7 @@ void SessionChannel::DispatchFlat(const FlatAnswerFacts& facts, std::string_view
 }
 
 bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
-                              std::chrono::microseconds spin) {
+                              std::chrono::microseconds spin, uint32_t sleep_word) {
   lock.unlock();
   char buf[16 * 1024];
   std::vector<UniqueFd> received;
@@ -199,7 +219,10 @@ bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
     }
   }
   absl::Status readable = absl::OkStatus();
-  if (!arrived) {
+  if (!arrived && sleep_word != kNoWord) {
+    readable =
+        SleepOnBoard(sleep_word, std::min(timeout, kReadSlice), buf, sizeof(buf), &received, &got);
+  } else if (!arrived) {
     readable = WaitReadable(fd_.get(), std::min(timeout, kReadSlice));
     if (readable.ok()) got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
   }
@@ -244,6 +267,64 @@ bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
   return arrived;
 }
 
+absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::milliseconds timeout,
+                                          char* buf, size_t size, std::vector<UniqueFd>* received,
+                                          absl::StatusOr<Received>* got) {
+  const uint32_t words[2] = {wake_word_, sleep_word};
+  const uint32_t values[2] = {board_.Arm(words[0]), board_.Arm(words[1])};
+  // Armed first, then one more look: a frame written before the daemon saw
+  // the flag is on the socket now; one written after wakes the word.
+  auto ready = [&] {
+    *got = RecvSome(fd_.get(), buf, size, received, /*dont_wait=*/true);
+    return !got->ok() || (*got)->eof || (*got)->bytes > 0;
+  };
+  if (ready()) return absl::OkStatus();
+  board_.Sleep(words, values, 2, timeout);
+  const bool by_name = board_.Load(words[1]) != values[1];
+  if (board_.Load(words[0]) == values[0] && !by_name) {
+    // The slice passed (or a signal): the caller looks at its deadline.
+    return ready() ? absl::OkStatus() : absl::DeadlineExceededError("nothing yet");
+  }
+  if (by_name) seal_wakes_.fetch_add(1, std::memory_order_relaxed);
+  if (ready()) return absl::OkStatus();
+  // Woken ahead of the answer (by the producer's seal): wait for it on the
+  // socket now. This thread's CPU has just woken and has not gone back into
+  // a deep sleep, so the answer, tens of µs away, wakes it quickly, and the
+  // daemon has the CPUs to itself meanwhile.
+  absl::Status readable = WaitReadable(fd_.get(), kAwakeAfterWake);
+  if (!readable.ok()) return readable;
+  *got = RecvSome(fd_.get(), buf, size, received);
+  return absl::OkStatus();
+}
+
+void SessionChannel::WakeName(std::string_view name) const {
+  if (board_.valid()) board_.Wake(WakeWordOfName(name));
+}
+
+namespace {
+
+// The name part of an Open's reference ("name" or "tenant/name").
+std::string_view NamePart(std::string_view ref) {
+  const size_t slash = ref.find('/');
+  return slash == std::string_view::npos ? ref : ref.substr(slash + 1);
+}
+
+}  // namespace
+
+uint32_t SessionChannel::SleepWordOf(const v1::Call& call) const {
+  if (!board_.valid() || !call.has_open() || !call.open().wait() || !call.open().ref().has_name()) {
+    return kNoWord;
+  }
+  return WakeWordOfName(NamePart(call.open().ref().name()));
+}
+
+uint32_t SessionChannel::SleepWordOf(const FlatCallFacts& call) const {
+  if (!board_.valid() || call.kind != FlatCallFacts::Kind::kOpen || !call.wait || !call.by_name) {
+    return kNoWord;
+  }
+  return WakeWordOfName(NamePart(call.name));
+}
+
 void SessionChannel::ReleaseOrphans() {
   std::vector<uint64_t> orphans;
   {
@@ -264,10 +345,12 @@ void SessionChannel::ReleaseOrphans() {
 
 SessionChannel::Answer SessionChannel::Exchange(const std::string& frame, uint64_t id,
                                                 std::chrono::milliseconds timeout,
-                                                std::chrono::microseconds awake) {
+                                                std::chrono::microseconds awake,
+                                                uint32_t sleep_word) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   Slot slot;
+  slot.sleep_word = sleep_word;
   {
     std::lock_guard lock(mu_);
     if (!ended_.ok()) ThrowEnded();
@@ -337,7 +420,7 @@ void SessionChannel::Await(std::unique_lock<std::mutex>& lock, Slot& slot, uint6
     *awake = ReadSome(lock,
                       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                           std::chrono::milliseconds(1),
-                      spin);
+                      spin, slot.sleep_word);
     reading_ = false;
     answered_.notify_all();
   }
@@ -600,9 +683,10 @@ std::optional<SessionChannel::Answer> SessionChannel::CallAnswer(CallT call,
     std::lock_guard lock(mu_);
     id = next_request_id_++;
   }
+  const uint32_t sleep_word = SleepWordOf(call);
   const std::string bytes = Encode(std::move(call), id);
   if (bytes.size() - kFrameHeaderBytes > kMaxFrameBytes) return std::nullopt;
-  Answer answer = Exchange(bytes, id, timeout, awake);
+  Answer answer = Exchange(bytes, id, timeout, awake, sleep_word);
   if (answer.flat.empty() && !answer.frame.has_reply())
     ThrowError(ErrorCode::kInternal, "session.sock: Call answered with an FdGrant");
   return answer;

@@ -3,6 +3,7 @@
 // loop thread's state; split, each part would reach into the others'.
 #include "daemon/session/session_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -652,7 +653,33 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   reply.mutable_welcome()->set_flat_answers(hello.flat_answers());
   reply.mutable_welcome()->set_flat_publish_answers(c.flat_publish);
   reply.mutable_welcome()->set_flat_calls(true);
-  return SendFrame(c, reply);
+  // The tenant's wake board, for a client that sleeps on it while it waits
+  // for a name (common/wake_board.h): the descriptor goes with the Welcome.
+  UniqueFd board_fd;
+  if (hello.wake_board()) {
+    if (const WakeBoard* board = BoardOf(session->tenant); board != nullptr) {
+      board_fd.reset(::fcntl(board->fd(), F_DUPFD_CLOEXEC, 0));
+      if (board_fd) {
+        c.board = board;
+        c.wake_word =
+            kWakeBoardNameWords + next_wake_word_++ % (kWakeBoardWords - kWakeBoardNameWords);
+        reply.mutable_welcome()->set_wake_word(c.wake_word);
+      }
+    }
+  }
+  return SendFrame(c, reply, std::move(board_fd));
+}
+
+const WakeBoard* SessionServer::BoardOf(const std::string& tenant) {
+  auto it = boards_.find(tenant);
+  if (it != boards_.end()) return it->second.get();
+  auto board = WakeBoard::Create();
+  if (!board.ok()) {
+    Warn(StrCat("tenant '", tenant, "': no wake board: ", board.status().message()));
+    return nullptr;
+  }
+  return boards_.emplace(tenant, std::make_unique<WakeBoard>(std::move(*board)))
+      .first->second.get();
 }
 
 SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdRequest& request) {
@@ -978,6 +1005,15 @@ SessionServer::Outcome SessionServer::SendBytes(Connection& c, std::string bytes
 }
 
 SessionServer::Outcome SessionServer::Flush(Connection& c) {
+  // A client asleep on its wake board rather than on the socket learns
+  // that something came (common/wake_board.h).
+  struct WakeAfter {
+    const Connection& c;
+    bool wrote = false;
+    ~WakeAfter() {
+      if (wrote && c.board != nullptr) c.board->Wake(c.wake_word);
+    }
+  } wake{c};
   while (!c.out.empty()) {
     Outgoing& o = c.out.front();
     auto sent = SendSome(c.fd.get(), std::string_view(o.bytes).substr(c.out_offset),
@@ -997,6 +1033,7 @@ SessionServer::Outcome SessionServer::Flush(Connection& c) {
     }
     if (*sent == 0) return Outcome::kKeep;  // the peer's buffer is full: wait for EPOLLOUT
     o.fd.reset();                           // it went with the first byte
+    wake.wrote = true;
     c.out_offset += *sent;
     if (c.out_offset == o.bytes.size()) {
       c.out.pop_front();

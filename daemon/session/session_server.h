@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
+#include "common/wake_board.h"
 #include "common/wire/frame.h"
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
@@ -107,6 +108,10 @@ class SessionServer {
     // frames it sent before it went are served (a dying producer's posted
     // seal and ticket hold take effect); its end of file ends the session.
     bool peer_gone = false;
+    // Hello.wake_board: the session's word on its tenant's board, woken
+    // after each frame written to it (common/wake_board.h); null: none.
+    const WakeBoard* board = nullptr;
+    uint32_t wake_word = 0;
   };
   enum class Outcome { kKeep, kDrop };
   // The end of a parked Open, posted by whichever thread ended it.
@@ -195,6 +200,9 @@ class SessionServer {
   /// Sends the registry's requests to unmap to their sessions' clients.
   void SendUnmapRequests();
   void EndSession(Connection& c, bool clean);
+  /// The wake board of `tenant`, made on first use; null (and a warning)
+  /// when it cannot be made: the session then goes without.
+  const WakeBoard* BoardOf(const std::string& tenant);
   void Warn(const std::string& message);
 
   BrokerCalls& calls_;
@@ -238,6 +246,10 @@ class SessionServer {
   std::vector<std::function<void()>> after_catch_up_ ABSL_GUARDED_BY(completions_mu_);
   bool stopped_ ABSL_GUARDED_BY(completions_mu_) = false;
   std::chrono::steady_clock::time_point resume_accepting_;
+  // The tenants' wake boards and the next session word to give out (loop
+  // thread only).
+  std::unordered_map<std::string, std::unique_ptr<WakeBoard>> boards_;
+  uint32_t next_wake_word_ = 0;
 };
 
 }  // namespace gpubroker

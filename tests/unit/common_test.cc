@@ -1,9 +1,13 @@
-// Frames, names, units, tokens.
+// Frames, names, units, tokens, the wake board.
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "common/names.h"
 #include "common/token.h"
 #include "common/units.h"
+#include "common/wake_board.h"
 #include "common/wire/frame.h"
 #include "gtest/gtest.h"
 
@@ -154,6 +158,74 @@ TEST(Tokens, HexRoundTripAndRejectsJunk) {
   EXPECT_FALSE(TokenFromHex("xyz"));
   EXPECT_FALSE(TokenFromHex(std::string(32, 'g')));
   EXPECT_FALSE(TokenFromHex(std::string(31, 'a')));
+}
+
+// Every process of a tenant, whatever its build, picks the same word for a
+// name: the hash is fixed (FNV-1a), not std::hash.
+TEST(WakeBoardWords, ANameHasTheSameWordEverywhere) {
+  EXPECT_EQ(WakeWordOfName("a"), 140u);
+  EXPECT_EQ(WakeWordOfName("bench.seal.3"), 267u);
+  for (const char* name : {"a", "frames.0", std::string(128, 'x').c_str()}) {
+    EXPECT_LT(WakeWordOfName(name), kWakeBoardNameWords);
+  }
+}
+
+TEST(WakeBoardWords, AWakeReachesOnlyASleeperThatArmed) {
+  auto board = WakeBoard::Create();
+  ASSERT_TRUE(board.ok()) << board.status();
+  EXPECT_FALSE(board->Wake(3)) << "nobody armed: one load, no futex call";
+  const uint32_t armed = board->Arm(3);
+  EXPECT_EQ(armed & 1u, 1u);
+  EXPECT_TRUE(board->Wake(3));
+  EXPECT_NE(board->Load(3), armed) << "the count moved";
+  EXPECT_EQ(board->Load(3) & 1u, 0u) << "and the flag is cleared";
+  EXPECT_FALSE(board->Wake(3));
+  // A sleep on a value that has moved returns at once.
+  const auto start = std::chrono::steady_clock::now();
+  const uint32_t word = 3;
+  board->Sleep(&word, &armed, 1, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+// Two words at once (a session's and a name's): a wake of either ends the
+// sleep; with neither, it ends at its timeout.
+TEST(WakeBoardWords, ASleepOnTwoWordsEndsWithAWakeOfEither) {
+  auto board = WakeBoard::Create();
+  ASSERT_TRUE(board.ok());
+  for (const uint32_t woken : {700u, 9u}) {
+    const uint32_t words[2] = {700, 9};
+    const uint32_t values[2] = {board->Arm(words[0]), board->Arm(words[1])};
+    std::atomic<bool> done{false};
+    std::thread sleeper([&] {
+      board->Sleep(words, values, 2, std::chrono::seconds(20));
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(done);
+    EXPECT_TRUE(board->Wake(woken));
+    sleeper.join();
+    EXPECT_TRUE(done);
+    board->Wake(words[0]);  // clear what is left armed
+    board->Wake(words[1]);
+  }
+  const uint32_t words[2] = {700, 9};
+  const uint32_t values[2] = {board->Arm(words[0]), board->Arm(words[1])};
+  const auto start = std::chrono::steady_clock::now();
+  board->Sleep(words, values, 2, std::chrono::milliseconds(30));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(25));
+}
+
+// A second mapping of the same board (another process's, in practice) sees
+// and wakes the same words.
+TEST(WakeBoardWords, AnotherMappingSharesTheWords) {
+  auto board = WakeBoard::Create();
+  ASSERT_TRUE(board.ok());
+  auto other = WakeBoard::Map(board->fd());
+  ASSERT_TRUE(other.ok()) << other.status();
+  const uint32_t armed = other->Arm(42);
+  EXPECT_EQ(board->Load(42), armed);
+  EXPECT_TRUE(board->Wake(42));
+  EXPECT_NE(other->Load(42), armed);
 }
 
 }  // namespace

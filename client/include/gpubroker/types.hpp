@@ -205,6 +205,9 @@ struct ClientStats {
   uint64_t maps_imported = 0;  ///< imported and mapped anew
   uint64_t maps_cached = 0;    ///< memory of its own kept mapped from an earlier buffer
   uint64_t opens_grpc = 0;     ///< the open itself went through gRPC (it waited)
+  /// Opens that waited for a name, asleep, and were woken by the producer's
+  /// seal on the tenant's wake board rather than by the daemon's answer.
+  uint64_t seal_wakes = 0;
   // The mapping cache of memory of its own (cuda-vmm, host-fd).
   uint64_t mapping_cache_hits = 0;       ///< maps that found the memory kept mapped
   uint64_t mapping_cache_misses = 0;     ///< maps that imported it

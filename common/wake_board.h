@@ -1,0 +1,99 @@
+#pragma once
+
+// A tenant's wake board: one page of shared memory, made by the daemon and
+// mapped by every client of the tenant that asks for it (Hello.wake_board),
+// whose 32-bit words a sleeping thread waits on with a futex instead of on
+// its socket.
+//
+// Why: a consumer asleep in Open(wait) for a name is otherwise woken by the
+// daemon's answer, and the daemon itself is woken by the producer's seal:
+// two cold wake-ups one after the other. With the board the producer's
+// client, right after its Publish frame has gone, also wakes the word of
+// that name, so the consumer wakes while the daemon does; it then polls its
+// socket for the answer, which arrives a few µs later, instead of sleeping
+// until it lands (docs/architecture.md, "The wake board").
+//
+// The board never carries an answer, only "look now". The daemon wakes a
+// session's own word after every frame it sends to it, so a sleeper misses
+// nothing that arrives on its socket; a word woken for nothing (another name
+// of the same word, or a neighbour of the tenant that writes the page) costs
+// a look at the socket. So the page is shared by the clients of one tenant
+// only, which trust each other with as much (the tenant's fence page) and
+// can do no more through it than wake each other.
+//
+// Words [0, kWakeBoardNameWords) belong to names (WakeWordOfName), the rest
+// to sessions (Welcome.wake_word). Each word is a count with a flag in bit 0,
+// "someone sleeps on me": a sleeper sets the flag, looks once more at what it
+// waits for, and sleeps while the word holds what it set; a waker that finds
+// the flag set clears it and moves the count in one step, then wakes every
+// sleeper of the word. Sleepers and wakers only ever change the word by
+// those two steps, so a wake between a sleeper's look and its sleep changes
+// the word and the sleep returns at once.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/unique_fd.h"
+
+namespace gpubroker {
+
+inline constexpr uint32_t kWakeBoardWords = 1024;
+inline constexpr uint32_t kWakeBoardNameWords = 512;
+inline constexpr size_t kWakeBoardBytes = kWakeBoardWords * sizeof(uint32_t);
+
+/// The word of a buffer's name (the name alone, without "tenant/"): the same
+/// in every process, whatever its build.
+uint32_t WakeWordOfName(std::string_view name);
+
+/// One process's mapping of a board. Movable, not copyable.
+class WakeBoard {
+ public:
+  WakeBoard() = default;
+  ~WakeBoard();
+  WakeBoard(WakeBoard&& other) noexcept;
+  WakeBoard& operator=(WakeBoard&& other) noexcept;
+  WakeBoard(const WakeBoard&) = delete;
+  WakeBoard& operator=(const WakeBoard&) = delete;
+
+  /// A new board (the daemon): a memfd of kWakeBoardBytes, sealed so that
+  /// no client can shrink or grow it under the daemon's mapping.
+  static absl::StatusOr<WakeBoard> Create();
+  /// Maps the board that `fd` is (a client, from its Welcome); the mapping
+  /// keeps it, and the fd may be closed after.
+  static absl::StatusOr<WakeBoard> Map(int fd);
+
+  bool valid() const { return words_ != nullptr; }
+  /// The daemon's descriptor of its board, to send; -1 in a client.
+  int fd() const { return fd_.get(); }
+
+  /// Wakes the sleepers of `word`, if one said it sleeps there. True when it
+  /// did (a futex call); false, at the cost of one load, when none did.
+  /// `word` must be < kWakeBoardWords.
+  bool Wake(uint32_t word) const;
+
+  /// The word's value now (a sleeper tells by it what woke it).
+  uint32_t Load(uint32_t word) const { return at(word)->load(); }
+
+  /// A sleeper's first step: says that it is about to sleep on `word` and
+  /// returns the value to sleep on. After it, the sleeper looks once more at
+  /// what it waits for, then calls Sleep.
+  uint32_t Arm(uint32_t word) const;
+
+  /// Sleeps until one of `words` (up to two) no longer holds its `values`
+  /// (what Arm returned), a waker woke it, or `timeout` passes. Returns at
+  /// once if a word has moved already. `n` is 1 or 2.
+  void Sleep(const uint32_t* words, const uint32_t* values, int n,
+             std::chrono::microseconds timeout) const;
+
+ private:
+  std::atomic<uint32_t>* at(uint32_t word) const { return &words_[word]; }
+
+  UniqueFd fd_;
+  std::atomic<uint32_t>* words_ = nullptr;
+};
+
+}  // namespace gpubroker

@@ -1,0 +1,283 @@
+// The tenant's wake board (common/wake_board.h): a consumer asleep in a
+// wait for a name is woken by the producer's seal, while the daemon wakes to
+// answer it; the daemon wakes a session's word after every frame it sends;
+// the board is one sealed page per tenant, shared with that tenant's
+// sessions only; and what a neighbour of the tenant writes on it costs
+// wake-ups, never an answer.
+#include "common/wake_board.h"
+
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/version.h"
+#include "gpubroker/client.hpp"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+#include "tests/integration/raw_session.h"
+
+namespace gpubroker::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A raw session whose Hello asks (or not) for the board; the descriptors
+// that came with the Welcome go to `fds`.
+v1::Welcome HelloWithBoard(RawSession& raw, bool board, std::vector<UniqueFd>* fds) {
+  v1::SessionFrame hello;
+  hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+  hello.mutable_hello()->set_client_name("raw");
+  hello.mutable_hello()->set_wake_board(board);
+  EXPECT_TRUE(raw.Send(hello).ok());
+  auto welcome = raw.Read(5s, fds);
+  EXPECT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
+  if (!welcome.ok() || !welcome->has_value()) return {};
+  return (*welcome)->welcome();
+}
+
+struct stat StatOf(int fd) {
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), 0);
+  return st;
+}
+
+TEST(WakeBoard, ComesOnlyToASessionThatAsksAndCannotBeResized) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  {
+    auto raw = RawSession::Connect(daemon.socket_dir());
+    ASSERT_TRUE(raw.ok());
+    std::vector<UniqueFd> fds;
+    const v1::Welcome w = HelloWithBoard(*raw, false, &fds);
+    EXPECT_EQ(w.wake_word(), 0u);
+    EXPECT_TRUE(fds.empty());
+  }
+  auto a = RawSession::Connect(daemon.socket_dir());
+  auto b = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<UniqueFd> fa, fb;
+  const v1::Welcome wa = HelloWithBoard(*a, true, &fa);
+  const v1::Welcome wb = HelloWithBoard(*b, true, &fb);
+  ASSERT_EQ(fa.size(), 1u);
+  ASSERT_EQ(fb.size(), 1u);
+  for (uint32_t word : {wa.wake_word(), wb.wake_word()}) {
+    EXPECT_GE(word, kWakeBoardNameWords);
+    EXPECT_LT(word, kWakeBoardWords);
+  }
+  EXPECT_NE(wa.wake_word(), wb.wake_word()) << "each session has a word of its own";
+  const struct stat sa = StatOf(fa[0].get());
+  EXPECT_EQ(sa.st_ino, StatOf(fb[0].get()).st_ino) << "one board per tenant";
+  EXPECT_EQ(sa.st_size, static_cast<off_t>(kWakeBoardBytes));
+  // The daemon maps it too: a client that could shrink it would fault the
+  // daemon's next wake.
+  EXPECT_NE(::ftruncate(fa[0].get(), 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(::ftruncate(fa[0].get(), 1 << 20), 0);
+  EXPECT_EQ(StatOf(fa[0].get()).st_size, static_cast<off_t>(kWakeBoardBytes));
+}
+
+// Another tenant's session gets another board: the words of one tenant's
+// waits are not another's to see or to wake.
+TEST(WakeBoard, EachTenantHasItsOwn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a session as another uid";
+  Daemon daemon({}, kBlueAndGreenTenants);
+  ASSERT_TRUE(daemon.ok());
+  auto mine = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(mine.ok());
+  std::vector<UniqueFd> fds;
+  HelloWithBoard(*mine, true, &fds);
+  ASSERT_EQ(fds.size(), 1u);
+  const ino_t my_board = StatOf(fds[0].get()).st_ino;
+
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // As tenant blue's uid: the inode of the board it is given, or 0.
+    // (The group stays root's, as the test helper's does: the socket is
+    // the daemon's group's.)
+    uint64_t ino = 0;
+    if (::setgroups(0, nullptr) == 0 && ::setuid(60001) == 0) {
+      auto blue = RawSession::Connect(daemon.socket_dir());
+      std::vector<UniqueFd> blue_fds;
+      if (blue.ok()) {
+        v1::SessionFrame hello;
+        hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+        hello.mutable_hello()->set_wake_board(true);
+        auto welcome = blue->Send(hello).ok() ? blue->Read(5s, &blue_fds)
+                                              : absl::StatusOr<std::optional<v1::SessionFrame>>();
+        struct stat st {};
+        if (welcome.ok() && welcome->has_value() && (*welcome)->welcome().tenant() == "blue" &&
+            blue_fds.size() == 1 && ::fstat(blue_fds[0].get(), &st) == 0) {
+          ino = st.st_ino;
+        }
+      }
+    }
+    (void)!::write(pipe_fds[1], &ino, sizeof(ino));
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  uint64_t blue_board = 0;
+  ASSERT_EQ(::read(pipe_fds[0], &blue_board, sizeof(blue_board)),
+            static_cast<ssize_t>(sizeof(blue_board)));
+  ::close(pipe_fds[0]);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_NE(blue_board, 0u) << "tenant blue's session got a board";
+  EXPECT_NE(blue_board, static_cast<uint64_t>(my_board));
+}
+
+// A client asleep on its word instead of its socket misses nothing: every
+// frame the daemon writes to the session wakes the word.
+TEST(WakeBoard, TheDaemonWakesASessionsWordAfterEachFrame) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto raw = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(raw.ok());
+  std::vector<UniqueFd> fds;
+  const v1::Welcome w = HelloWithBoard(*raw, true, &fds);
+  ASSERT_EQ(fds.size(), 1u);
+  auto board = WakeBoard::Map(fds[0].get());
+  ASSERT_TRUE(board.ok()) << board.status();
+  for (int round = 0; round < 3; ++round) {
+    const uint32_t word = w.wake_word();
+    const uint32_t armed = board->Arm(word);
+    // An Open of a name that is not there, without waiting: answered at once.
+    v1::Call call;
+    call.set_request_id(raw->NextRequestId());
+    call.mutable_open()->mutable_ref()->set_name("not.there");
+    v1::SessionFrame frame;
+    *frame.mutable_call() = call;
+    ASSERT_TRUE(raw->Send(frame).ok());
+    const auto start = std::chrono::steady_clock::now();
+    board->Sleep(&word, &armed, 1, 10s);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "woken, not timed out";
+    EXPECT_NE(board->Load(word), armed);
+    EXPECT_EQ(board->Load(word) & 1u, 0u) << "the waker cleared the flag";
+    auto answer = raw->Read(5s);
+    ASSERT_TRUE(answer.ok() && answer->has_value());
+    EXPECT_TRUE((*answer)->has_error());
+  }
+}
+
+// The consumer waits for a name and sleeps; the producer's seal wakes it
+// (ClientStats::seal_wakes), and it opens what the producer wrote. With
+// GPUBROKER_WAKE_BOARD=0 the same wait is woken by the daemon's answer alone.
+TEST(WakeBoard, AProducersSealWakesAConsumerWaitingForTheName) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  for (const bool with_board : {true, false}) {
+    SCOPED_TRACE(with_board ? "with the board" : "GPUBROKER_WAKE_BOARD=0");
+    if (!with_board) ::setenv("GPUBROKER_WAKE_BOARD", "0", 1);
+    auto producer = Client::connect(daemon.socket_dir());
+    auto consumer = Client::connect(daemon.socket_dir());
+    ::unsetenv("GPUBROKER_WAKE_BOARD");
+    for (const bool posted : {false, true}) {
+      for (int i = 0; i < 3; ++i) {
+        const std::string name = std::string("board.frame.") + (with_board ? "b" : "n") +
+                                 (posted ? "p" : "c") + std::to_string(i);
+        std::atomic<int> seen{-1};
+        const double before = daemon.Metric("gpubroker_waiting_opens");
+        std::thread waiter([&] {
+          OpenOptions o;
+          o.wait = true;
+          o.timeout = 20s;
+          Buffer b = consumer.open(name, o);
+          seen = static_cast<const unsigned char*>(b.data())[100];
+        });
+        ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") > before; }));
+        std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
+        AllocateOptions ao;
+        ao.name = name;
+        Buffer a = producer.allocate(4096, ao);
+        std::memset(a.data(), 40 + i, a.size());
+        if (posted) {
+          a.seal_posted();
+        } else {
+          a.seal();
+        }
+        waiter.join();
+        EXPECT_EQ(seen, 40 + i);
+      }
+    }
+    const ClientStats s = consumer.stats();
+    if (with_board) {
+      // Each of the six waits slept on the board when its seal came; the
+      // producer's wake reaches it first unless the daemon's answer beats
+      // it, which a loaded machine allows now and then.
+      EXPECT_GE(s.seal_wakes, 3u);
+      EXPECT_LE(s.seal_wakes, 6u);
+    } else {
+      EXPECT_EQ(s.seal_wakes, 0u);
+    }
+  }
+}
+
+// A neighbour of the tenant scribbles on every word and wakes them all, or
+// clears every flag, while consumers wait and producers seal: every wait is
+// still answered, with the right buffer.
+TEST(WakeBoard, ANeighbourScribblingOnTheBoardCostsWakeUpsNotAnswers) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto raw = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(raw.ok());
+  std::vector<UniqueFd> fds;
+  HelloWithBoard(*raw, true, &fds);
+  ASSERT_EQ(fds.size(), 1u);
+  auto board = WakeBoard::Map(fds[0].get());
+  ASSERT_TRUE(board.ok());
+  void* page =
+      ::mmap(nullptr, kWakeBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0].get(), 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto* words = static_cast<volatile uint32_t*>(page);
+
+  std::atomic<bool> stop{false};
+  std::thread scribbler([&] {
+    std::mt19937 rng(11);
+    for (int turn = 0; !stop; ++turn) {
+      for (uint32_t i = 0; i < kWakeBoardWords; ++i) {
+        words[i] = (turn % 2 == 0) ? static_cast<uint32_t>(rng()) : 0u;
+        if (turn % 2 == 0) board->Wake(i);
+      }
+      std::this_thread::sleep_for(100us);
+    }
+  });
+  auto producer = Client::connect(daemon.socket_dir());
+  auto consumer = Client::connect(daemon.socket_dir());
+  for (int i = 0; i < 20; ++i) {
+    const std::string name = "scribbled." + std::to_string(i);
+    std::atomic<int> seen{-1};
+    std::thread waiter([&] {
+      OpenOptions o;
+      o.wait = true;
+      o.timeout = 20s;
+      Buffer b = consumer.open(name, o);
+      seen = static_cast<const unsigned char*>(b.data())[7];
+    });
+    std::this_thread::sleep_for(5ms);
+    AllocateOptions ao;
+    ao.name = name;
+    Buffer a = producer.allocate(4096, ao);
+    std::memset(a.data(), i + 1, a.size());
+    a.seal();
+    waiter.join();
+    EXPECT_EQ(seen, i + 1);
+  }
+  stop = true;
+  scribbler.join();
+  ::munmap(page, kWakeBoardBytes);
+}
+
+}  // namespace
+}  // namespace gpubroker::testing
