@@ -165,7 +165,8 @@ TEST(Tokens, HexRoundTripAndRejectsJunk) {
 TEST(WakeBoardWords, ANameHasTheSameWordEverywhere) {
   EXPECT_EQ(WakeWordOfName("a"), 140u);
   EXPECT_EQ(WakeWordOfName("bench.seal.3"), 267u);
-  for (const char* name : {"a", "frames.0", std::string(128, 'x').c_str()}) {
+  for (const std::string& name :
+       {std::string("a"), std::string("frames.0"), std::string(128, 'x')}) {
     EXPECT_LT(WakeWordOfName(name), kWakeBoardNameWords);
   }
 }
