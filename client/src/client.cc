@@ -220,6 +220,9 @@ void Buffer::Seal(void* stream, bool posted) {
   if (!mapping_) ThrowError(ErrorCode::kFailedPrecondition, "seal on a buffer opened without map");
   Settle();
   ThrowRefused();
+  // A consumer asleep for this name, and the daemon, wake now, while the
+  // fence is recorded and the frame made (common/wake_board.h).
+  impl_->SealAhead(info_.name);
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   const auto fence_start = std::chrono::steady_clock::now();
   mapping_->RecordReady(stream);
@@ -229,9 +232,6 @@ void Buffer::Seal(void* stream, bool posted) {
   }
   const detail::LocalBlock* block = mapping_->local_block();
   const bool publish = block != nullptr && info_.id == 0;  // name and seal in one frame
-  // A consumer asleep in a wait for this name wakes while the daemon does
-  // (common/wake_board.h): right after a posted seal has gone; before a
-  // confirmed one, which returns only with the daemon's answer.
   if (posted) {
     if (publish) {
       posted_ = impl_->PostPublish(*block, info_);
@@ -240,13 +240,9 @@ void Buffer::Seal(void* stream, bool posted) {
       call.mutable_seal()->set_id(info_.id);
       posted_ = impl_->PostCall(std::move(call));
     }
-    if (posted_ != 0) {
-      impl_->WakeName(info_.name);
-      return;
-    }
+    if (posted_ != 0) return;
     // Not sent (too large for a frame, which these never are): sealed as seal() does.
   }
-  impl_->WakeName(info_.name);
   if (publish) {
     AdoptPublished(info_, impl_->Publish(*block, info_, true));
     return;

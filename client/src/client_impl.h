@@ -105,11 +105,12 @@ class SessionChannel {
 
   const v1::Welcome& welcome() const { return welcome_; }
 
-  /// Wakes whoever sleeps on the wake board's word of `name` (a consumer
-  /// waiting for it in Open): a producer's client calls it as it seals a
-  /// named buffer, so that the consumer wakes while the daemon does
-  /// (common/wake_board.h). Nothing without a board.
-  void WakeName(std::string_view name) const;
+  /// A producer's client, about to seal the buffer `name`: where a consumer
+  /// sleeps on the name's word of the wake board (common/wake_board.h), wakes
+  /// it, and the daemon too (an Ahead frame), so that both are awake when
+  /// the seal's frame comes instead of waking for it one after the other.
+  /// Costs a load when nobody waits for the name; nothing without a board.
+  void SealAhead(std::string_view name);
   /// How many of this session's waits for a name the producer's seal woke
   /// (ClientStats::seal_wakes).
   uint64_t seal_wakes() const { return seal_wakes_.load(std::memory_order_relaxed); }
@@ -372,9 +373,9 @@ class ClientImpl {
   void CollectCall(uint64_t id, Grant* grant);
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
-  /// Wakes a consumer asleep in a wait for `name` (SessionChannel::WakeName).
-  void WakeName(std::string_view name) const {
-    if (!name.empty()) session_channel_->WakeName(name);
+  /// Before the seal of the buffer `name` (SessionChannel::SealAhead).
+  void SealAhead(std::string_view name) {
+    if (!name.empty()) session_channel_->SealAhead(name);
   }
   /// An Open's answer, mapped nothing yet: on session.sock, or through gRPC
   /// when it waits and the daemon does not park waiting Opens there.

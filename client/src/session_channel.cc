@@ -297,8 +297,23 @@ absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::mill
   return absl::OkStatus();
 }
 
-void SessionChannel::WakeName(std::string_view name) const {
-  if (board_.valid()) board_.Wake(WakeWordOfName(name));
+void SessionChannel::SealAhead(std::string_view name) {
+  if (!board_.valid()) return;
+  const uint32_t word = WakeWordOfName(name);
+  if ((board_.Load(word) & 1u) == 0) return;  // nobody sleeps for this name
+  // The daemon first (its wake-up is the longer path: it then serves the
+  // seal and writes the answer), then the consumer. A failed send shows on
+  // the seal's own frame.
+  static const std::string kAhead = [] {
+    v1::SessionFrame frame;
+    frame.mutable_ahead();
+    return EncodeFrame(frame);
+  }();
+  {
+    std::lock_guard send(send_mu_);
+    (void)SendAll(fd_.get(), kAhead);
+  }
+  board_.Wake(word);
 }
 
 namespace {

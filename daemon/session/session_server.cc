@@ -611,6 +611,11 @@ SessionServer::Outcome SessionServer::Serve(Connection& c, const v1::SessionFram
     case v1::SessionFrame::kGoodbye:
       c.said_goodbye = true;
       return Outcome::kDrop;
+    case v1::SessionFrame::kAhead:
+      // Nothing to do: having woken for it, the loop polls for the call
+      // that follows (Loop, --busy-poll-us).
+      if (c.session == 0) break;
+      return Outcome::kKeep;
     default:
       break;
   }

@@ -171,6 +171,33 @@ TEST(WakeBoard, TheDaemonWakesASessionsWordAfterEachFrame) {
   }
 }
 
+// Ahead says "a call follows": the daemon takes it and answers nothing; the
+// session goes on. Before Hello it is as any other frame then: the end.
+TEST(WakeBoard, AnAheadFrameIsTakenWithoutAnAnswer) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto raw = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(raw.ok());
+  std::vector<UniqueFd> fds;
+  HelloWithBoard(*raw, true, &fds);
+  v1::SessionFrame ahead;
+  ahead.mutable_ahead();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(raw->Send(ahead).ok());
+  auto nothing = raw->Read(300ms);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_FALSE(nothing->has_value()) << "no answer to Ahead";
+  v1::Call call;
+  call.mutable_open()->mutable_ref()->set_name("not.there");
+  auto answer = raw->Exchange(call);
+  ASSERT_TRUE(answer.has_value()) << "the session goes on";
+  EXPECT_TRUE(answer->has_error());
+
+  auto early = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(early.ok());
+  ASSERT_TRUE(early->Send(ahead).ok());
+  EXPECT_TRUE(early->ClosedByDaemon(5s));
+}
+
 // The consumer waits for a name and sleeps; the producer's seal wakes it
 // (ClientStats::seal_wakes), and it opens what the producer wrote. With
 // GPUBROKER_WAKE_BOARD=0 the same wait is woken by the daemon's answer alone.
