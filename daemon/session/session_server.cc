@@ -412,6 +412,7 @@ void SessionServer::Remove(int fd) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   per_uid_.Release(it->second->peer.uid);
   descriptors_.Release();
+  if (it->second->board != nullptr) ReleaseBoard(it->second->board_tenant);
   connections_.erase(it);
 }
 
@@ -662,29 +663,47 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
   // for a name (common/wake_board.h): the descriptor goes with the Welcome.
   UniqueFd board_fd;
   if (hello.wake_board()) {
-    if (const WakeBoard* board = BoardOf(session->tenant); board != nullptr) {
+    if (const WakeBoard* board = TakeBoard(session->tenant); board != nullptr) {
       board_fd.reset(::fcntl(board->fd(), F_DUPFD_CLOEXEC, 0));
       if (board_fd) {
         c.board = board;
+        c.board_tenant = session->tenant;
         c.wake_word =
             kWakeBoardNameWords + next_wake_word_++ % (kWakeBoardWords - kWakeBoardNameWords);
         reply.mutable_welcome()->set_wake_word(c.wake_word);
+      } else {
+        ReleaseBoard(session->tenant);
       }
     }
   }
   return SendFrame(c, reply, std::move(board_fd));
 }
 
-const WakeBoard* SessionServer::BoardOf(const std::string& tenant) {
+const WakeBoard* SessionServer::TakeBoard(const std::string& tenant) {
   auto it = boards_.find(tenant);
-  if (it != boards_.end()) return it->second.get();
-  auto board = WakeBoard::Create();
-  if (!board.ok()) {
-    Warn(StrCat("tenant '", tenant, "': no wake board: ", board.status().message()));
-    return nullptr;
+  if (it == boards_.end()) {
+    // Its descriptor is the daemon's for as long as the tenant has a
+    // session that took it: counted like a connection's.
+    if (!descriptors_.TryCharge()) return nullptr;
+    auto board = WakeBoard::Create();
+    if (!board.ok()) {
+      descriptors_.Release();
+      Warn(StrCat("tenant '", tenant, "': no wake board: ", board.status().message()));
+      return nullptr;
+    }
+    auto entry = std::make_unique<TenantBoard>();
+    entry->board = std::move(*board);
+    it = boards_.emplace(tenant, std::move(entry)).first;
   }
-  return boards_.emplace(tenant, std::make_unique<WakeBoard>(std::move(*board)))
-      .first->second.get();
+  it->second->sessions++;
+  return &it->second->board;
+}
+
+void SessionServer::ReleaseBoard(const std::string& tenant) {
+  auto it = boards_.find(tenant);
+  if (it == boards_.end() || --it->second->sessions > 0) return;
+  boards_.erase(it);
+  descriptors_.Release();
 }
 
 SessionServer::Outcome SessionServer::OnFdRequest(Connection& c, const v1::FdRequest& request) {

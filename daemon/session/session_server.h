@@ -112,6 +112,7 @@ class SessionServer {
     // after each frame written to it (common/wake_board.h); null: none.
     const WakeBoard* board = nullptr;
     uint32_t wake_word = 0;
+    std::string board_tenant;  // whose board it is (ReleaseBoard)
   };
   enum class Outcome { kKeep, kDrop };
   // The end of a parked Open, posted by whichever thread ended it.
@@ -200,9 +201,13 @@ class SessionServer {
   /// Sends the registry's requests to unmap to their sessions' clients.
   void SendUnmapRequests();
   void EndSession(Connection& c, bool clean);
-  /// The wake board of `tenant`, made on first use; null (and a warning)
-  /// when it cannot be made: the session then goes without.
-  const WakeBoard* BoardOf(const std::string& tenant);
+  /// The wake board of `tenant` for one more session, made on first use;
+  /// null (and a warning) when it cannot be made: the session then goes
+  /// without. Each board taken is given back by ReleaseBoard.
+  const WakeBoard* TakeBoard(const std::string& tenant);
+  /// A session that had the tenant's board has ended; the board goes with
+  /// the tenant's last one (its descriptor counted in the budget meanwhile).
+  void ReleaseBoard(const std::string& tenant);
   void Warn(const std::string& message);
 
   BrokerCalls& calls_;
@@ -246,9 +251,13 @@ class SessionServer {
   std::vector<std::function<void()>> after_catch_up_ ABSL_GUARDED_BY(completions_mu_);
   bool stopped_ ABSL_GUARDED_BY(completions_mu_) = false;
   std::chrono::steady_clock::time_point resume_accepting_;
-  // The tenants' wake boards and the next session word to give out (loop
-  // thread only).
-  std::unordered_map<std::string, std::unique_ptr<WakeBoard>> boards_;
+  // The tenants' wake boards, each with the number of sessions that have
+  // it, and the next session word to give out (loop thread only).
+  struct TenantBoard {
+    WakeBoard board;
+    int sessions = 0;
+  };
+  std::unordered_map<std::string, std::unique_ptr<TenantBoard>> boards_;
   uint32_t next_wake_word_ = 0;
 };
 

@@ -87,6 +87,34 @@ TEST(WakeBoard, ComesOnlyToASessionThatAsksAndCannotBeResized) {
   EXPECT_EQ(StatOf(fa[0].get()).st_size, static_cast<off_t>(kWakeBoardBytes));
 }
 
+// The board lives while a session of its tenant has it: one that comes
+// later, when every earlier one has ended, gets a new page (and the daemon
+// keeps no descriptor for a tenant with no session).
+TEST(WakeBoard, GoesWithTheTenantsLastSession) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  std::vector<UniqueFd> first_fds;
+  {
+    auto first = RawSession::Connect(daemon.socket_dir());
+    ASSERT_TRUE(first.ok());
+    HelloWithBoard(*first, true, &first_fds);
+    ASSERT_EQ(first_fds.size(), 1u);
+  }
+  auto old_board = WakeBoard::Map(first_fds[0].get());
+  ASSERT_TRUE(old_board.ok());
+  old_board->Arm(600);
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 0; }));
+  auto second = RawSession::Connect(daemon.socket_dir());
+  ASSERT_TRUE(second.ok());
+  std::vector<UniqueFd> fds;
+  HelloWithBoard(*second, true, &fds);
+  ASSERT_EQ(fds.size(), 1u);
+  auto new_board = WakeBoard::Map(fds[0].get());
+  ASSERT_TRUE(new_board.ok());
+  EXPECT_EQ(new_board->Load(600), 0u) << "a new page, not the ended sessions' one";
+  EXPECT_EQ(old_board->Load(600), 1u);
+}
+
 // Another tenant's session gets another board: the words of one tenant's
 // waits are not another's to see or to wake.
 TEST(WakeBoard, EachTenantHasItsOwn) {
