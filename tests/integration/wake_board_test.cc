@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,6 +45,38 @@ v1::Welcome HelloWithBoard(RawSession& raw, bool board, std::vector<UniqueFd>* f
   EXPECT_TRUE(welcome.ok() && welcome->has_value() && (*welcome)->has_welcome());
   if (!welcome.ok() || !welcome->has_value()) return {};
   return (*welcome)->welcome();
+}
+
+// A consumer's thread that waits for `name` and tells a byte of what it
+// opened.
+std::thread WaitFor(Client& consumer, const std::string& name, std::atomic<int>* seen) {
+  return std::thread([&consumer, name, seen] {
+    OpenOptions o;
+    o.wait = true;
+    o.timeout = 20s;
+    Buffer b = consumer.open(name, o);
+    *seen = static_cast<const unsigned char*>(b.data())[100];
+  });
+}
+
+// A raw session of this process's tenant that asked for the board, and the
+// board's descriptor that came with its Welcome.
+struct BoardSession {
+  RawSession raw;
+  v1::Welcome welcome;
+  UniqueFd board;
+};
+std::optional<BoardSession> ConnectWithBoard(const Daemon& daemon) {
+  auto raw = RawSession::Connect(daemon.socket_dir());
+  EXPECT_TRUE(raw.ok());
+  if (!raw.ok()) return std::nullopt;
+  BoardSession s{std::move(*raw), {}, {}};
+  std::vector<UniqueFd> fds;
+  s.welcome = HelloWithBoard(s.raw, true, &fds);
+  EXPECT_EQ(fds.size(), 1u);
+  if (fds.size() != 1) return std::nullopt;
+  s.board = std::move(fds[0]);
+  return s;
 }
 
 struct stat StatOf(int fd) {
@@ -93,23 +126,19 @@ TEST(WakeBoard, ComesOnlyToASessionThatAsksAndCannotBeResized) {
 TEST(WakeBoard, GoesWithTheTenantsLastSession) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
-  std::vector<UniqueFd> first_fds;
+  UniqueFd first_board;
   {
-    auto first = RawSession::Connect(daemon.socket_dir());
-    ASSERT_TRUE(first.ok());
-    HelloWithBoard(*first, true, &first_fds);
-    ASSERT_EQ(first_fds.size(), 1u);
+    auto first = ConnectWithBoard(daemon);
+    ASSERT_TRUE(first);
+    first_board = std::move(first->board);
   }
-  auto old_board = WakeBoard::Map(first_fds[0].get());
+  auto old_board = WakeBoard::Map(first_board.get());
   ASSERT_TRUE(old_board.ok());
   old_board->Arm(600);
   ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 0; }));
-  auto second = RawSession::Connect(daemon.socket_dir());
-  ASSERT_TRUE(second.ok());
-  std::vector<UniqueFd> fds;
-  HelloWithBoard(*second, true, &fds);
-  ASSERT_EQ(fds.size(), 1u);
-  auto new_board = WakeBoard::Map(fds[0].get());
+  auto second = ConnectWithBoard(daemon);
+  ASSERT_TRUE(second);
+  auto new_board = WakeBoard::Map(second->board.get());
   ASSERT_TRUE(new_board.ok());
   EXPECT_EQ(new_board->Load(600), 0u) << "a new page, not the ended sessions' one";
   EXPECT_EQ(old_board->Load(600), 1u);
@@ -121,12 +150,9 @@ TEST(WakeBoard, EachTenantHasItsOwn) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a session as another uid";
   Daemon daemon({}, kBlueAndGreenTenants);
   ASSERT_TRUE(daemon.ok());
-  auto mine = RawSession::Connect(daemon.socket_dir());
-  ASSERT_TRUE(mine.ok());
-  std::vector<UniqueFd> fds;
-  HelloWithBoard(*mine, true, &fds);
-  ASSERT_EQ(fds.size(), 1u);
-  const ino_t my_board = StatOf(fds[0].get()).st_ino;
+  auto mine = ConnectWithBoard(daemon);
+  ASSERT_TRUE(mine);
+  const ino_t my_board = StatOf(mine->board.get()).st_ino;
 
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
@@ -171,29 +197,27 @@ TEST(WakeBoard, EachTenantHasItsOwn) {
 TEST(WakeBoard, TheDaemonWakesASessionsWordAfterEachFrame) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
-  auto raw = RawSession::Connect(daemon.socket_dir());
-  ASSERT_TRUE(raw.ok());
-  std::vector<UniqueFd> fds;
-  const v1::Welcome w = HelloWithBoard(*raw, true, &fds);
-  ASSERT_EQ(fds.size(), 1u);
-  auto board = WakeBoard::Map(fds[0].get());
+  auto raw = ConnectWithBoard(daemon);
+  ASSERT_TRUE(raw);
+  const v1::Welcome& w = raw->welcome;
+  auto board = WakeBoard::Map(raw->board.get());
   ASSERT_TRUE(board.ok()) << board.status();
   for (int round = 0; round < 3; ++round) {
     const uint32_t word = w.wake_word();
     const uint32_t armed = board->Arm(word);
     // An Open of a name that is not there, without waiting: answered at once.
     v1::Call call;
-    call.set_request_id(raw->NextRequestId());
+    call.set_request_id(raw->raw.NextRequestId());
     call.mutable_open()->mutable_ref()->set_name("not.there");
     v1::SessionFrame frame;
     *frame.mutable_call() = call;
-    ASSERT_TRUE(raw->Send(frame).ok());
+    ASSERT_TRUE(raw->raw.Send(frame).ok());
     const auto start = std::chrono::steady_clock::now();
     board->Sleep(&word, &armed, 1, 10s);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "woken, not timed out";
     EXPECT_NE(board->Load(word), armed);
     EXPECT_EQ(board->Load(word) & 1u, 0u) << "the waker cleared the flag";
-    auto answer = raw->Read(5s);
+    auto answer = raw->raw.Read(5s);
     ASSERT_TRUE(answer.ok() && answer->has_value());
     EXPECT_TRUE((*answer)->has_error());
   }
@@ -204,19 +228,17 @@ TEST(WakeBoard, TheDaemonWakesASessionsWordAfterEachFrame) {
 TEST(WakeBoard, AnAheadFrameIsTakenWithoutAnAnswer) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
-  auto raw = RawSession::Connect(daemon.socket_dir());
-  ASSERT_TRUE(raw.ok());
-  std::vector<UniqueFd> fds;
-  HelloWithBoard(*raw, true, &fds);
+  auto raw = ConnectWithBoard(daemon);
+  ASSERT_TRUE(raw);
   v1::SessionFrame ahead;
   ahead.mutable_ahead();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(raw->Send(ahead).ok());
-  auto nothing = raw->Read(300ms);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(raw->raw.Send(ahead).ok());
+  auto nothing = raw->raw.Read(300ms);
   ASSERT_TRUE(nothing.ok());
   EXPECT_FALSE(nothing->has_value()) << "no answer to Ahead";
   v1::Call call;
   call.mutable_open()->mutable_ref()->set_name("not.there");
-  auto answer = raw->Exchange(call);
+  auto answer = raw->raw.Exchange(call);
   ASSERT_TRUE(answer.has_value()) << "the session goes on";
   EXPECT_TRUE(answer->has_error());
 
@@ -244,13 +266,7 @@ TEST(WakeBoard, AProducersSealWakesAConsumerWaitingForTheName) {
                                  (posted ? "p" : "c") + std::to_string(i);
         std::atomic<int> seen{-1};
         const double before = daemon.Metric("gpubroker_waiting_opens");
-        std::thread waiter([&] {
-          OpenOptions o;
-          o.wait = true;
-          o.timeout = 20s;
-          Buffer b = consumer.open(name, o);
-          seen = static_cast<const unsigned char*>(b.data())[100];
-        });
+        std::thread waiter = WaitFor(consumer, name, &seen);
         ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") > before; }));
         std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
         AllocateOptions ao;
@@ -285,15 +301,12 @@ TEST(WakeBoard, AProducersSealWakesAConsumerWaitingForTheName) {
 TEST(WakeBoard, ANeighbourScribblingOnTheBoardCostsWakeUpsNotAnswers) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
-  auto raw = RawSession::Connect(daemon.socket_dir());
-  ASSERT_TRUE(raw.ok());
-  std::vector<UniqueFd> fds;
-  HelloWithBoard(*raw, true, &fds);
-  ASSERT_EQ(fds.size(), 1u);
-  auto board = WakeBoard::Map(fds[0].get());
+  auto raw = ConnectWithBoard(daemon);
+  ASSERT_TRUE(raw);
+  auto board = WakeBoard::Map(raw->board.get());
   ASSERT_TRUE(board.ok());
   void* page =
-      ::mmap(nullptr, kWakeBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0].get(), 0);
+      ::mmap(nullptr, kWakeBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, raw->board.get(), 0);
   ASSERT_NE(page, MAP_FAILED);
   auto* words = static_cast<volatile uint32_t*>(page);
 
@@ -313,13 +326,7 @@ TEST(WakeBoard, ANeighbourScribblingOnTheBoardCostsWakeUpsNotAnswers) {
   for (int i = 0; i < 20; ++i) {
     const std::string name = "scribbled." + std::to_string(i);
     std::atomic<int> seen{-1};
-    std::thread waiter([&] {
-      OpenOptions o;
-      o.wait = true;
-      o.timeout = 20s;
-      Buffer b = consumer.open(name, o);
-      seen = static_cast<const unsigned char*>(b.data())[7];
-    });
+    std::thread waiter = WaitFor(consumer, name, &seen);
     std::this_thread::sleep_for(5ms);
     AllocateOptions ao;
     ao.name = name;
