@@ -15,6 +15,22 @@
 
 #include "common/strings.h"
 
+// Kernel headers before 5.16 (Ubuntu 22.04's, say) lack futex_waitv; its
+// layout and number are fixed by the kernel's ABI, and Sleep falls back to
+// one word where the running kernel lacks the call.
+#ifndef FUTEX_32
+#define FUTEX_32 2
+struct futex_waitv {
+  uint64_t val;
+  uint64_t uaddr;
+  uint32_t flags;
+  uint32_t __reserved;
+};
+#endif
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+
 namespace gpubroker {
 namespace {
 
