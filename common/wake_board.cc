@@ -53,14 +53,28 @@ timespec RelativeTimespec(std::chrono::microseconds d) {
 
 }  // namespace
 
-uint32_t WakeWordOfName(std::string_view name) {
-  // FNV-1a: fixed, so that every client of a tenant picks the same word.
+namespace {
+
+// FNV-1a: fixed, so that every client of a tenant picks the same word.
+uint32_t WordOf(const unsigned char* bytes, size_t n) {
   uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : name) {
-    h ^= c;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= bytes[i];
     h *= 1099511628211ull;
   }
   return static_cast<uint32_t>(h % kWakeBoardNameWords);
+}
+
+}  // namespace
+
+uint32_t WakeWordOfName(std::string_view name) {
+  return WordOf(reinterpret_cast<const unsigned char*>(name.data()), name.size());
+}
+
+uint32_t WakeWordOfId(uint64_t id) {
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(id >> (8 * i));
+  return WordOf(le, sizeof(le));
 }
 
 WakeBoard::~WakeBoard() {

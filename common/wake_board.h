@@ -21,7 +21,8 @@
 // only, which trust each other with as much (the tenant's fence page) and
 // can do no more through it than wake each other.
 //
-// Words [0, kWakeBoardNameWords) belong to names (WakeWordOfName), the rest
+// Words [0, kWakeBoardNameWords) belong to names and ids (WakeWordOfName,
+// WakeWordOfId), the rest
 // to sessions (Welcome.wake_word). Each word is a count with a flag in bit 0,
 // "someone sleeps on me": a sleeper sets the flag, looks once more at what it
 // waits for, and sleeps while the word holds what it set; a waker that finds
@@ -48,6 +49,9 @@ inline constexpr size_t kWakeBoardBytes = kWakeBoardWords * sizeof(uint32_t);
 /// The word of a buffer's name (the name alone, without "tenant/"): the same
 /// in every process, whatever its build.
 uint32_t WakeWordOfName(std::string_view name);
+/// The word of a buffer's id, for a wait for the seal of a buffer by id
+/// (wait_sealed): among the names' words, where a collision costs a look.
+uint32_t WakeWordOfId(uint64_t id);
 
 /// One process's mapping of a board. Movable, not copyable.
 class WakeBoard {

@@ -105,12 +105,13 @@ class SessionChannel {
 
   const v1::Welcome& welcome() const { return welcome_; }
 
-  /// A producer's client, about to seal the buffer `name`: where a consumer
-  /// sleeps on the name's word of the wake board (common/wake_board.h), wakes
-  /// it, and the daemon too (an Ahead frame), so that both are awake when
-  /// the seal's frame comes instead of waking for it one after the other.
-  /// Costs a load when nobody waits for the name; nothing without a board.
-  void SealAhead(std::string_view name);
+  /// A producer's client, about to seal the buffer `name` (`id`; 0: none
+  /// yet): where a consumer sleeps on the name's or the id's word of the
+  /// wake board (common/wake_board.h), wakes it, and the daemon too (an
+  /// Ahead frame), so that both are awake when the seal's frame comes
+  /// instead of waking for it one after the other. Costs a load or two when
+  /// nobody waits; nothing without a board.
+  void SealAhead(std::string_view name, uint64_t id);
   /// How many of this session's waits for a name the producer's seal woke
   /// (ClientStats::seal_wakes).
   uint64_t seal_wakes() const { return seal_wakes_.load(std::memory_order_relaxed); }
@@ -208,8 +209,9 @@ class SessionChannel {
                   std::chrono::microseconds awake = std::chrono::microseconds(0),
                   uint32_t sleep_word = kNoWord);
   static constexpr uint32_t kNoWord = ~0u;
-  /// The name word an Open that waits for a name sleeps on, where this
-  /// session has a board; kNoWord for any other call.
+  /// The word an Open that waits sleeps on besides its session's, where
+  /// this session has a board: its name's, or its id's; kNoWord for any
+  /// other call.
   uint32_t SleepWordOf(const v1::Call& call) const;
   uint32_t SleepWordOf(const FlatCallFacts& call) const;
   /// Sends `call` and waits for its answer; nullopt, with nothing sent, when
@@ -373,10 +375,8 @@ class ClientImpl {
   void CollectCall(uint64_t id, Grant* grant);
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
-  /// Before the seal of the buffer `name` (SessionChannel::SealAhead).
-  void SealAhead(std::string_view name) {
-    if (!name.empty()) session_channel_->SealAhead(name);
-  }
+  /// Before the seal of a buffer (SessionChannel::SealAhead).
+  void SealAhead(std::string_view name, uint64_t id) { session_channel_->SealAhead(name, id); }
   /// An Open's answer, mapped nothing yet: on session.sock, or through gRPC
   /// when it waits and the daemon does not park waiting Opens there.
   void AskOpen(BufferId id, std::string_view name, const OpenOptions& options, Grant* grant);

@@ -297,10 +297,13 @@ absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::mill
   return absl::OkStatus();
 }
 
-void SessionChannel::SealAhead(std::string_view name) {
+void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
   if (!board_.valid()) return;
-  const uint32_t word = WakeWordOfName(name);
-  if ((board_.Load(word) & 1u) == 0) return;  // nobody sleeps for this name
+  // Whoever sleeps for the name, or for the id (a wait_sealed).
+  const uint32_t words[2] = {name.empty() ? kNoWord : WakeWordOfName(name),
+                             id == 0 ? kNoWord : WakeWordOfId(id)};
+  auto flagged = [&](uint32_t word) { return word != kNoWord && (board_.Load(word) & 1u) != 0; };
+  if (!flagged(words[0]) && !flagged(words[1])) return;  // nobody sleeps for it
   // The daemon first (its wake-up is the longer path: it then serves the
   // seal and writes the answer), then the consumer. A failed send shows on
   // the seal's own frame.
@@ -313,7 +316,9 @@ void SessionChannel::SealAhead(std::string_view name) {
     std::lock_guard send(send_mu_);
     (void)SendAll(fd_.get(), kAhead);
   }
-  board_.Wake(word);
+  for (uint32_t word : words) {
+    if (word != kNoWord) board_.Wake(word);
+  }
 }
 
 namespace {
@@ -327,17 +332,18 @@ std::string_view NamePart(std::string_view ref) {
 }  // namespace
 
 uint32_t SessionChannel::SleepWordOf(const v1::Call& call) const {
-  if (!board_.valid() || !call.has_open() || !call.open().wait() || !call.open().ref().has_name()) {
-    return kNoWord;
-  }
-  return WakeWordOfName(NamePart(call.open().ref().name()));
+  if (!board_.valid() || !call.has_open() || !call.open().wait()) return kNoWord;
+  const v1::BufferRef& ref = call.open().ref();
+  if (ref.has_name()) return WakeWordOfName(NamePart(ref.name()));
+  if (ref.has_id()) return WakeWordOfId(ref.id());
+  return kNoWord;
 }
 
 uint32_t SessionChannel::SleepWordOf(const FlatCallFacts& call) const {
-  if (!board_.valid() || call.kind != FlatCallFacts::Kind::kOpen || !call.wait || !call.by_name) {
-    return kNoWord;
-  }
-  return WakeWordOfName(NamePart(call.name));
+  if (!board_.valid() || call.kind != FlatCallFacts::Kind::kOpen || !call.wait) return kNoWord;
+  if (call.by_name) return WakeWordOfName(NamePart(call.name));
+  if (call.by_id) return WakeWordOfId(call.id);
+  return kNoWord;
 }
 
 void SessionChannel::ReleaseOrphans() {

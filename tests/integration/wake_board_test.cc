@@ -295,6 +295,35 @@ TEST(WakeBoard, AProducersSealWakesAConsumerWaitingForTheName) {
   }
 }
 
+// A consumer that holds a buffer before its seal and waits for the seal by
+// id (wait_sealed) is woken by the producer's seal too, on the id's word.
+TEST(WakeBoard, AProducersSealWakesAConsumerWaitingForItById) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto producer = Client::connect(daemon.socket_dir());
+  auto consumer = Client::connect(daemon.socket_dir());
+  for (int i = 0; i < 3; ++i) {
+    AllocateOptions ao;
+    ao.name = "held.early." + std::to_string(i);
+    Buffer a = producer.allocate(4096, ao);
+    a.publish();
+    OpenOptions early;
+    early.allow_unsealed = true;
+    Buffer held = consumer.open(ao.name, early);
+    ASSERT_NE(held.info().state, BufferState::kSealed);
+    const double before = daemon.Metric("gpubroker_waiting_opens");
+    std::thread waiter([&] { held.wait_sealed(20s); });
+    ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") > before; }));
+    std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
+    std::memset(a.data(), 7, a.size());
+    a.seal();
+    waiter.join();
+    EXPECT_EQ(held.info().state, BufferState::kSealed);
+    EXPECT_EQ(static_cast<const unsigned char*>(held.data())[4095], 7);
+  }
+  EXPECT_GE(consumer.stats().seal_wakes, 2u);
+}
+
 // A neighbour of the tenant scribbles on every word and wakes them all, or
 // clears every flag, while consumers wait and producers seal: every wait is
 // still answered, with the right buffer.

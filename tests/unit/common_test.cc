@@ -165,6 +165,9 @@ TEST(Tokens, HexRoundTripAndRejectsJunk) {
 TEST(WakeBoardWords, ANameHasTheSameWordEverywhere) {
   EXPECT_EQ(WakeWordOfName("a"), 140u);
   EXPECT_EQ(WakeWordOfName("bench.seal.3"), 267u);
+  EXPECT_EQ(WakeWordOfId(1), 420u);
+  EXPECT_EQ(WakeWordOfId(12345), 76u);
+  EXPECT_LT(WakeWordOfId(~0ull), kWakeBoardNameWords);
   for (const std::string& name :
        {std::string("a"), std::string("frames.0"), std::string(128, 'x')}) {
     EXPECT_LT(WakeWordOfName(name), kWakeBoardNameWords);
