@@ -514,8 +514,10 @@ class Client:
 
     def stats(self) -> Dict[str, Any]:
         """What this client did, by path (allocations made here or by the
-        daemon, maps of memory mapped already or imported), and its own
-        allocator's books: ranges, bytes in use, cached, free, quarantined."""
+        daemon, maps of memory mapped already or imported; under "maps",
+        "seal_wakes": waits the producer's seal woke on the wake board), and
+        its own allocator's books: ranges, bytes in use, cached, free,
+        quarantined."""
         stats: Dict[str, Any] = self._json(self._lib.client_stats_json)
         return stats
 
