@@ -51,10 +51,6 @@ timespec RelativeTimespec(std::chrono::microseconds d) {
   return ts;
 }
 
-}  // namespace
-
-namespace {
-
 // FNV-1a: fixed, so that every client of a tenant picks the same word.
 uint32_t WordOf(const unsigned char* bytes, size_t n) {
   uint64_t h = 14695981039346656037ull;
@@ -102,8 +98,8 @@ absl::StatusOr<WakeBoard> WakeBoard::Create() {
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return Errno("sealing the wake board");
   }
-  WakeBoard board = *Map(fd.get());
-  board.fd_ = std::move(fd);
+  absl::StatusOr<WakeBoard> board = Map(fd.get());
+  if (board.ok()) board->fd_ = std::move(fd);
   return board;
 }
 

@@ -8,10 +8,10 @@
 // Why: a consumer asleep in Open(wait) for a name is otherwise woken by the
 // daemon's answer, and the daemon itself is woken by the producer's seal:
 // two cold wake-ups one after the other. With the board the producer's
-// client, right after its Publish frame has gone, also wakes the word of
-// that name, so the consumer wakes while the daemon does; it then polls its
-// socket for the answer, which arrives a few µs later, instead of sleeping
-// until it lands (docs/architecture.md, "The wake board").
+// client, as its seal begins, wakes the word of that name (and the daemon,
+// with an Ahead frame), so the consumer wakes while the daemon does; it then
+// waits on its socket for the answer, a few µs away, on a CPU that has just
+// woken (docs/architecture.md, "The wake board").
 //
 // The board never carries an answer, only "look now". The daemon wakes a
 // session's own word after every frame it sends to it, so a sleeper misses
@@ -22,14 +22,12 @@
 // can do no more through it than wake each other.
 //
 // Words [0, kWakeBoardNameWords) belong to names and ids (WakeWordOfName,
-// WakeWordOfId), the rest
-// to sessions (Welcome.wake_word). Each word is a count with a flag in bit 0,
-// "someone sleeps on me": a sleeper sets the flag, looks once more at what it
-// waits for, and sleeps while the word holds what it set; a waker that finds
-// the flag set clears it and moves the count in one step, then wakes every
-// sleeper of the word. Sleepers and wakers only ever change the word by
-// those two steps, so a wake between a sleeper's look and its sleep changes
-// the word and the sleep returns at once.
+// WakeWordOfId), the rest to sessions (Welcome.wake_word). Each word is a count with a flag in bit
+// 0, "someone sleeps on me": a sleeper sets the flag, looks once more at what it waits for, and
+// sleeps while the word holds what it set; a waker that finds the flag set clears it and moves the
+// count in one step, then wakes every sleeper of the word. Sleepers and wakers only ever change the
+// word by those two steps, so a wake between a sleeper's look and its sleep changes the word and
+// the sleep returns at once.
 
 #include <atomic>
 #include <chrono>

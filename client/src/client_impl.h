@@ -112,8 +112,8 @@ class SessionChannel {
   /// instead of waking for it one after the other. Costs a load or two when
   /// nobody waits; nothing without a board.
   void SealAhead(std::string_view name, uint64_t id);
-  /// How many of this session's waits for a name the producer's seal woke
-  /// (ClientStats::seal_wakes).
+  /// How many of this session's waits (for a name, or for a seal by id) the
+  /// producer's seal woke (ClientStats::seal_wakes).
   uint64_t seal_wakes() const { return seal_wakes_.load(std::memory_order_relaxed); }
 
   /// Called with the blocks the daemon returns (just before an answer), with
@@ -204,7 +204,7 @@ class SessionChannel {
   /// returns it, or throws the ErrorFrame that came instead, or why the
   /// session ended.
   /// `sleep_word`: a word of the wake board that the caller also sleeps on
-  /// (its name's, for an Open that waits for a name), else kNoWord.
+  /// (SleepWordOf), else kNoWord.
   Answer Exchange(const std::string& frame, uint64_t id, std::chrono::milliseconds timeout,
                   std::chrono::microseconds awake = std::chrono::microseconds(0),
                   uint32_t sleep_word = kNoWord);
@@ -253,8 +253,9 @@ class SessionChannel {
                 std::chrono::microseconds spin, uint32_t sleep_word = kNoWord);
   /// ReadSome's blocking step for a reader whose own call sleeps on the
   /// wake board: sleeps on the session's word and `sleep_word` instead of
-  /// the socket, then, woken, looks at the socket awake for a while. OK with
-  /// `*got` filled when something arrived; DEADLINE_EXCEEDED when nothing did.
+  /// the socket, then, woken by the producer's seal ahead of the answer,
+  /// waits for it on the socket. OK with `*got` filled when something
+  /// arrived; DEADLINE_EXCEEDED when nothing did.
   absl::Status SleepOnBoard(uint32_t sleep_word, std::chrono::milliseconds timeout, char* buf,
                             size_t size, std::vector<UniqueFd>* received,
                             absl::StatusOr<Received>* got);

@@ -280,12 +280,12 @@ absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::mill
   };
   if (ready()) return absl::OkStatus();
   board_.Sleep(words, values, 2, timeout);
-  const bool by_name = board_.Load(words[1]) != values[1];
-  if (board_.Load(words[0]) == values[0] && !by_name) {
+  const bool by_seal = board_.Load(words[1]) != values[1];
+  if (board_.Load(words[0]) == values[0] && !by_seal) {
     // The slice passed (or a signal): the caller looks at its deadline.
     return ready() ? absl::OkStatus() : absl::DeadlineExceededError("nothing yet");
   }
-  if (by_name) seal_wakes_.fetch_add(1, std::memory_order_relaxed);
+  if (by_seal) seal_wakes_.fetch_add(1, std::memory_order_relaxed);
   if (ready()) return absl::OkStatus();
   // Woken ahead of the answer (by the producer's seal): wait for it on the
   // socket now. This thread's CPU has just woken and has not gone back into

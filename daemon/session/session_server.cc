@@ -412,7 +412,7 @@ void SessionServer::Remove(int fd) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   per_uid_.Release(it->second->peer.uid);
   descriptors_.Release();
-  if (it->second->board != nullptr) ReleaseBoard(it->second->board_tenant);
+  if (it->second->board != nullptr) ReleaseBoard(it->second->view.tenant);
   connections_.erase(it);
 }
 
@@ -667,7 +667,6 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
       board_fd.reset(::fcntl(board->fd(), F_DUPFD_CLOEXEC, 0));
       if (board_fd) {
         c.board = board;
-        c.board_tenant = session->tenant;
         c.wake_word =
             kWakeBoardNameWords + next_wake_word_++ % (kWakeBoardWords - kWakeBoardNameWords);
         reply.mutable_welcome()->set_wake_word(c.wake_word);

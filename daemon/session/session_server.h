@@ -111,8 +111,7 @@ class SessionServer {
     // Hello.wake_board: the session's word on its tenant's board, woken
     // after each frame written to it (common/wake_board.h); null: none.
     const WakeBoard* board = nullptr;
-    uint32_t wake_word = 0;
-    std::string board_tenant;  // whose board it is (ReleaseBoard)
+    uint32_t wake_word = 0;  // (the board is view.tenant's)
   };
   enum class Outcome { kKeep, kDrop };
   // The end of a parked Open, posted by whichever thread ended it.
