@@ -469,6 +469,16 @@ int OpenDescriptors(pid_t pid) {
   return ec ? -1 : n;
 }
 
+int FreeDescriptors(pid_t pid, int limit) {
+  std::error_code ec;
+  int free = limit;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (std::stoi(it->path().filename().string()) < limit) --free;
+  }
+  return ec ? -1 : free;
+}
+
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {

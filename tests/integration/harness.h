@@ -167,6 +167,12 @@ double CpuSeconds(pid_t pid);
 
 /// Descriptors a process holds now; -1 when unknown.
 int OpenDescriptors(pid_t pid);
+/// How many descriptor numbers below `limit` (its RLIMIT_NOFILE) process
+/// `pid` has free: what the kernel can still give it. Not `limit` minus
+/// OpenDescriptors: a process may hold descriptors above its limit, inherited
+/// from a parent with a higher one (a test runner's or make's pipes), and
+/// those take no room from it.
+int FreeDescriptors(pid_t pid, int limit);
 
 /// The service manager's end of sd_notify: a datagram socket (pass
 /// "NOTIFY_SOCKET=" + path() to the daemon) that collects what the daemon
