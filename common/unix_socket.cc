@@ -182,8 +182,11 @@ absl::Status WaitReadable(int fd, std::chrono::milliseconds timeout) {
   pollfd p{fd, POLLIN, 0};
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    // Rounded up: poll's whole milliseconds never cut the wait short (a
+    // timeout of 1 ms, truncated a moment after the deadline was set, would
+    // be a poll that does not wait at all).
+    auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() < 0) left = std::chrono::milliseconds(0);
     int rc = ::poll(&p, 1, static_cast<int>(left.count()));
     if (rc > 0) return absl::OkStatus();

@@ -55,7 +55,8 @@ absl::StatusOr<Received> RecvSome(int fd, char* buf, size_t cap, std::vector<Uni
 /// A close-on-exec duplicate of `fd` (what a descriptor handed to a client is).
 absl::StatusOr<UniqueFd> DupFd(int fd);
 
-/// Waits until fd is readable. DEADLINE_EXCEEDED when the timeout passes.
+/// Waits until fd is readable, for at least `timeout` (a nonzero one is
+/// never cut to a poll that does not wait). DEADLINE_EXCEEDED when it passes.
 absl::Status WaitReadable(int fd, std::chrono::milliseconds timeout);
 
 }  // namespace gpubroker

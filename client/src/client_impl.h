@@ -254,11 +254,11 @@ class SessionChannel {
   /// ReadSome's blocking step for a reader whose own call sleeps on the
   /// wake board: sleeps on the session's word and `sleep_word` instead of
   /// the socket, then, woken by the producer's seal ahead of the answer,
-  /// waits for it on the socket. OK with `*got` filled when something
-  /// arrived; DEADLINE_EXCEEDED when nothing did.
-  absl::Status SleepOnBoard(uint32_t sleep_word, std::chrono::milliseconds timeout, char* buf,
-                            size_t size, std::vector<UniqueFd>* received,
-                            absl::StatusOr<Received>* got);
+  /// waits for it awake for up to `spin` and then on the socket. OK with
+  /// `*got` filled when something arrived; DEADLINE_EXCEEDED when nothing did.
+  absl::Status SleepOnBoard(uint32_t sleep_word, std::chrono::milliseconds timeout,
+                            std::chrono::microseconds spin, char* buf, size_t size,
+                            std::vector<UniqueFd>* received, absl::StatusOr<Received>* got);
   void Dispatch(v1::SessionFrame frame);  // under mu_
   /// A flat answer (`body`, read into `facts`) to its slot. Under mu_.
   void DispatchFlat(const FlatAnswerFacts& facts, std::string_view body);

@@ -21,10 +21,10 @@ namespace {
 // deadline of days fits in poll's int) between slices.
 constexpr auto kReadSlice = std::chrono::milliseconds(1000);
 
-// How long a reader woken on the wake board waits on its socket before it
-// goes back to the board: the daemon's answer follows a producer's wake by
-// the daemon's own wake-up and turn (tens of µs, a few hundred when its CPU
-// wakes late).
+// How long a reader woken on the wake board waits on its socket, after its
+// spin, before it goes back to the board: the daemon's answer follows a
+// producer's wake by the daemon's own wake-up and turn (tens of µs, a few
+// hundred when its CPU wakes late).
 constexpr auto kAwakeAfterWake = std::chrono::milliseconds(1);
 
 uint64_t RequestIdOf(const v1::SessionFrame& f) {
@@ -220,8 +220,8 @@ bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
   }
   absl::Status readable = absl::OkStatus();
   if (!arrived && sleep_word != kNoWord) {
-    readable =
-        SleepOnBoard(sleep_word, std::min(timeout, kReadSlice), buf, sizeof(buf), &received, &got);
+    readable = SleepOnBoard(sleep_word, std::min(timeout, kReadSlice), spin, buf, sizeof(buf),
+                            &received, &got);
   } else if (!arrived) {
     readable = WaitReadable(fd_.get(), std::min(timeout, kReadSlice));
     if (readable.ok()) got = RecvSome(fd_.get(), buf, sizeof(buf), &received);
@@ -268,7 +268,8 @@ bool SessionChannel::ReadSome(std::unique_lock<std::mutex>& lock, std::chrono::m
 }
 
 absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::milliseconds timeout,
-                                          char* buf, size_t size, std::vector<UniqueFd>* received,
+                                          std::chrono::microseconds spin, char* buf, size_t size,
+                                          std::vector<UniqueFd>* received,
                                           absl::StatusOr<Received>* got) {
   const uint32_t words[2] = {wake_word_, sleep_word};
   const uint32_t values[2] = {board_.Arm(words[0]), board_.Arm(words[1])};
@@ -287,10 +288,18 @@ absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::mill
   }
   if (by_seal) seal_wakes_.fetch_add(1, std::memory_order_relaxed);
   if (ready()) return absl::OkStatus();
-  // Woken ahead of the answer (by the producer's seal): wait for it on the
-  // socket now. This thread's CPU has just woken and has not gone back into
-  // a deep sleep, so the answer, tens of µs away, wakes it quickly, and the
-  // daemon has the CPUs to itself meanwhile.
+  // Woken ahead of the answer (by the producer's seal), which is tens of µs
+  // away: wait for it as a call waits for its answer, awake for the
+  // client's spin (giving the CPU to whatever else is ready to run, the
+  // daemon included), then on the socket. Either way on a CPU that has
+  // just woken, rather than asleep on the board.
+  if (spin.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + spin;
+    do {
+      SpinPause();
+      if (ready()) return absl::OkStatus();
+    } while (std::chrono::steady_clock::now() < until);
+  }
   absl::Status readable = WaitReadable(fd_.get(), kAwakeAfterWake);
   if (!readable.ok()) return readable;
   *got = RecvSome(fd_.get(), buf, size, received);

@@ -1,4 +1,6 @@
 // Frames, names, units, tokens, the wake board.
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -7,6 +9,7 @@
 #include "common/names.h"
 #include "common/token.h"
 #include "common/units.h"
+#include "common/unix_socket.h"
 #include "common/wake_board.h"
 #include "common/wire/frame.h"
 #include "gtest/gtest.h"
@@ -230,6 +233,23 @@ TEST(WakeBoardWords, AnotherMappingSharesTheWords) {
   EXPECT_EQ(board->Load(42), armed);
   EXPECT_TRUE(board->Wake(42));
   EXPECT_NE(other->Load(42), armed);
+}
+
+// A wait of a millisecond or two on a socket that stays quiet waits that
+// long: poll's whole milliseconds are rounded up, never down to a poll that
+// returns at once (what a reader woken ahead of its answer waits with).
+TEST(UnixSocket, AShortWaitForAQuietSocketWaitsItsWholeTimeout) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd a(pair[0]), b(pair[1]);
+  for (const auto timeout : {std::chrono::milliseconds(1), std::chrono::milliseconds(2)}) {
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status status = WaitReadable(a.get(), timeout);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_GE(std::chrono::steady_clock::now() - start, timeout);
+  }
+  ASSERT_EQ(::write(b.get(), "x", 1), 1);
+  EXPECT_TRUE(WaitReadable(a.get(), std::chrono::milliseconds(1)).ok());
 }
 
 }  // namespace
