@@ -23,10 +23,15 @@ import struct
 import sys
 
 RECORD = struct.Struct("<QQihhiiq")  # the C struct Record, 40 bytes
-OPS = {1: "read", 2: "write", 3: "recvmsg", 4: "sendmsg", 5: "poll", 6: "epoll_wait", 7: "mark"}
+OPS = {1: "read", 2: "write", 3: "recvmsg", 4: "sendmsg", 5: "poll", 6: "epoll_wait", 7: "mark",
+       8: "futex_wait", 9: "futex_wake", 10: "futex_waitv"}
 READS = {"read", "recvmsg"}
 SENDS = {"write", "sendmsg"}
 WAITS = {"poll", "epoll_wait"}
+# A client's sleep on its tenant's wake board (common/wake_board.h): on its
+# session's word and its call's word at once, or (a kernel before 5.16) on
+# the session's word alone.
+BOARD_SLEEPS = {"futex_wait", "futex_waitv"}
 
 # bench/timeline/marks.h
 SEAL, SEAL_POSTED, SEAL_AWAKE, OPENED, WAITED, SYNCED, PING, PING_END = (
@@ -48,7 +53,11 @@ class Rec:
 
     def describe(self, t0):
         what = f"{self.op}({self.fd}"
-        if self.op in WAITS:
+        if self.op == "futex_waitv":
+            what = f"{self.op}(words {self.fd & 0xffff}, {self.fd >> 16}"
+        elif self.op.startswith("futex"):
+            what = f"{self.op}(word {self.fd}"
+        if self.op in WAITS or self.op in BOARD_SLEEPS:
             what += f", timeout {self.timeout}"
         what += f") = {self.result}"
         if self.folded:
@@ -188,6 +197,7 @@ def seal_wait(processes, code, show=None):
         add("daemon: its send call to B (waking B)", answer.end - answer.start)
         b_slept = b_woke is not None and b_woke.timeout != 0 and b_woke.start < answer.start
         add("B: slept in poll (1 = yes)", 1e3 if b_slept else 0)
+        board_cut(a, b, start, sent, b_read, done, add)
         add("B: the daemon's send starts -> B's poll returned",
             (b_woke.end if b_slept else b_read.start) - answer.start)
         add("B: the daemon's send starts -> B read the answer", b_read.end - answer.start)
@@ -203,6 +213,38 @@ def seal_wait(processes, code, show=None):
             add("  of which: the rest of Open", done.start - mapped.end)
         add("total: A's mark -> B's Open returned", done.start - start.start)
     return rows
+
+
+def board_cut(a, b, start, sent, b_read, done, add):
+    """The wake board's part of one seal + wait: did B sleep on the board
+    rather than in poll, which word woke it and when, against A's seal; and
+    A's look at the board (its wake of B, its Ahead frame to the daemon)."""
+    # B's last sleep on the board before it read its answer. It belongs to
+    # this seal + wait when it ended after A's mark (the sleep was on when A
+    # sealed); one that ended before was another frame's wake.
+    slept = last_before(b, b_read.end, lambda r: r.op in BOARD_SLEEPS and r.tid == done.tid
+                        and r.result >= 0 and not r.folded)
+    if slept is not None and slept.end < start.start:
+        slept = None
+    add("B: slept on the wake board (1 = yes)", 1e3 if slept else 0)
+    if slept is None:
+        return
+    # futex_waitv returns the index of the word that woke it: 1 is the
+    # call's (A's early wake), 0 the session's (the daemon wrote to B).
+    by_call = slept.op == "futex_waitv" and slept.result == 1
+    add("B: woken by its name's word, A's early wake (1 = yes)", 1e3 if by_call else 0)
+    add("B: A's mark -> B's sleep on the board returned", slept.end - start.start)
+    add("B: its sleep returned -> it read the answer", b_read.end - slept.end)
+    woke = first(a, start.start, lambda r: r.op == "futex_wake" and r.tid == start.tid)
+    if woke is not None and woke.end <= done.start:
+        add("A: mark -> its wake of B returned (after its Ahead frame)", woke.end - start.start)
+    if by_call and sent is not None:
+        # With B asleep on the name, A's first frame after the mark is Ahead
+        # and the seal's is the next one.
+        seal = first(a, sent.end, lambda r: r.op in SENDS and r.result > 0 and r.tid == start.tid
+                     and r.start >= sent.end)
+        if seal is not None and seal.end <= done.start:
+            add("A: mark -> the seal's frame sent (after Ahead)", seal.end - start.start)
 
 
 def ping(processes):

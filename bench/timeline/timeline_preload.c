@@ -11,6 +11,11 @@
 // with its start and end (CLOCK_MONOTONIC, comparable across the processes of
 // a machine), thread, descriptor, timeout and result; a run of calls that
 // found nothing (a busy poll, EAGAIN) is folded into one record with a count.
+// So are the futex calls made through syscall() on shared words (those of a
+// wake board, common/wake_board.h: a client's sleep and the waker's wake),
+// with the word's place in its page where a call has a descriptor. Private
+// futexes (the mutexes and condition variables of a process) are not
+// recorded.
 // A program may add its own marks with gpubroker_timeline_mark(code), looked
 // up with dlsym so that it runs the same without the library. Records stay in
 // memory; each process writes DIR/timeline.PID.bin when it exits normally.
@@ -19,8 +24,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +40,30 @@
 #include <time.h>
 #include <unistd.h>
 
-enum Op { kRead = 1, kWrite, kRecvmsg, kSendmsg, kPoll, kEpollWait, kMark };
+enum Op {
+  kRead = 1,
+  kWrite,
+  kRecvmsg,
+  kSendmsg,
+  kPoll,
+  kEpollWait,
+  kMark,
+  kFutexWait,   // FUTEX_WAIT on a shared word: fd is the word's index in its page
+  kFutexWake,   // FUTEX_WAKE on a shared word: the same; result, how many woke
+  kFutexWaitv,  // futex_waitv: fd is the first two words' indices, second << 16;
+                // result, the index of the word that woke it
+};
+
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+// The kernel's struct futex_waitv (5.16), for headers that lack it.
+struct TimelineFutexWaitv {
+  uint64_t val;
+  uint64_t uaddr;
+  uint32_t flags;
+  uint32_t reserved;
+};
 
 // One call (or a folded run of empty ones). 40 bytes; the analyzer reads
 // the same layout (bench/timeline.py).
@@ -44,7 +74,7 @@ struct Record {
   int16_t op;
   int16_t flags;    // 1: folded run of calls that found nothing
   int32_t fd;       // the descriptor; a mark's code
-  int32_t timeout;  // poll / epoll_wait's timeout in ms; -1 none
+  int32_t timeout;  // poll / epoll_wait's / a futex wait's timeout in ms; -1 none
   int64_t result;   // the call's return value, or -errno
 };
 
@@ -63,6 +93,7 @@ static ssize_t (*real_recvmsg)(int, struct msghdr*, int);
 static ssize_t (*real_sendmsg)(int, const struct msghdr*, int);
 static int (*real_poll)(struct pollfd*, nfds_t, int);
 static int (*real_epoll_wait)(int, struct epoll_event*, int, int);
+static long (*real_syscall)(long, ...);
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -87,6 +118,7 @@ static void resolve(void) {
   real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
   real_poll = dlsym(RTLD_NEXT, "poll");
   real_epoll_wait = dlsym(RTLD_NEXT, "epoll_wait");
+  real_syscall = dlsym(RTLD_NEXT, "syscall");
 }
 
 #define RESOLVED(f) \
@@ -139,7 +171,7 @@ __attribute__((destructor)) static void finish(void) {
 }
 
 static int32_t tid(void) {
-  if (my_tid == 0) my_tid = (int32_t)syscall(SYS_gettid);
+  if (my_tid == 0) my_tid = (int32_t)gettid();
   return my_tid;
 }
 
@@ -204,3 +236,48 @@ TRACED(int, poll, kPoll, n > 0 ? fds[0].fd : -1, timeout,
        (struct pollfd * fds, nfds_t n, int timeout), (fds, n, timeout))
 TRACED(int, epoll_wait, kEpollWait, epfd, timeout,
        (int epfd, struct epoll_event* events, int max, int timeout), (epfd, events, max, timeout))
+
+// A futex word's index in its page: a wake board is one page, mapped at a
+// page's start, so this is the word's number on the board.
+static int32_t word_index(uint64_t address) { return (int32_t)((address & 4095u) >> 2); }
+
+static int32_t ms_until(const struct timespec* ts, int absolute) {
+  if (ts == NULL) return -1;
+  int64_t ns = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+  if (absolute) ns -= (int64_t)now_ns();
+  return ns <= 0 ? 0 : (int32_t)((ns + 999999) / 1000000);
+}
+
+// syscall(2) is variadic; like glibc's own, this passes on six arguments
+// whatever the call takes (the ones it does not take are never read).
+long syscall(long number, ...) {
+  va_list ap;
+  va_start(ap, number);
+  long a[6];
+  for (int i = 0; i < 6; ++i) a[i] = va_arg(ap, long);
+  va_end(ap);
+  RESOLVED(real_syscall);
+  int op = 0, fd = -1, timeout = -1;
+  if (number == SYS_futex && ((int)a[1] & FUTEX_PRIVATE_FLAG) == 0) {
+    const int cmd = (int)a[1] & FUTEX_CMD_MASK;
+    if (cmd == FUTEX_WAIT) {
+      op = kFutexWait;
+      timeout = ms_until((const struct timespec*)a[3], 0);
+    } else if (cmd == FUTEX_WAKE) {
+      op = kFutexWake;
+    }
+    fd = word_index((uint64_t)a[0]);
+  } else if (number == SYS_futex_waitv) {
+    const struct TimelineFutexWaitv* w = (const struct TimelineFutexWaitv*)a[0];
+    op = kFutexWaitv;
+    fd = word_index(w[0].uaddr) | (a[1] > 1 ? word_index(w[1].uaddr) << 16 : 0);
+    timeout = ms_until((const struct timespec*)a[3], 1);
+  }
+  if (op == 0) return real_syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+  const uint64_t t = now_ns();
+  const long r = real_syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+  const int saved = errno;
+  note(op, fd, timeout, outcome(r), t);
+  errno = saved;
+  return r;
+}
