@@ -9,6 +9,8 @@ long. p50 over the iterations, in microseconds.
     python3 bench/timeline.py DIR [--show N]
 
 --show N prints the N-th seal + wait's records from every process, whole.
+--require-board fails unless some seal + wait shows B asleep on the wake
+board (CI's check that the futex calls are recorded).
 --slow-calls US lists the client calls whose answer took over US µs (any
 case, the hand-overs' Publish and Open included) with the records around the
 first --show of them.
@@ -330,6 +332,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
     parser.add_argument("--show", type=int, help="print the records of this seal + wait")
+    parser.add_argument("--require-board", action="store_true",
+                        help="fail unless some seal + wait shows B asleep on the wake board "
+                        "(that the library records the futex calls)")
     parser.add_argument("--slow-calls", type=float, metavar="US",
                         help="instead: the client calls whose answer took over US µs, the "
                         "first --show (default 3) of them with every process's records around")
@@ -358,6 +363,10 @@ def main():
     if not all(cut):
         sys.exit("some cases had no iteration to cut: was this a gpubroker-bench run, "
                  "with the library loaded in every process?")
+    if args.require_board and not any(
+            cut[0].get("B: slept on the wake board (1 = yes)", [])):
+        sys.exit("no seal + wait shows B asleep on the wake board: were its futex calls "
+                 "recorded, and GPUBROKER_WAKE_BOARD not 0?")
 
 
 if __name__ == "__main__":
