@@ -370,5 +370,62 @@ TEST(WakeBoard, ANeighbourScribblingOnTheBoardCostsWakeUpsNotAnswers) {
   ::munmap(page, kWakeBoardBytes);
 }
 
+// A neighbour that wakes a sleeper's words without pause costs it CPU, but
+// bounded: each wake for nothing is followed by the client's spin and then a
+// millisecond in poll, out of the board's reach, so the sleeper spends a
+// fraction of a CPU (about a sixth with the default spin), not all of one.
+TEST(WakeBoard, ANeighbourWakingASleeperWithoutPauseCostsItAFractionOfACpu) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  auto raw = ConnectWithBoard(daemon);
+  ASSERT_TRUE(raw);
+  auto board = WakeBoard::Map(raw->board.get());
+  ASSERT_TRUE(board.ok());
+  auto producer = Client::connect(daemon.socket_dir());
+  auto consumer = Client::connect(daemon.socket_dir());
+  const std::string name = "woken.for.nothing";
+  const uint32_t word = WakeWordOfName(name);
+
+  std::atomic<bool> stop{false};
+  std::thread waker([&] {
+    while (!stop) {
+      board->Wake(word);
+      for (uint32_t w = kWakeBoardNameWords; w < kWakeBoardWords; ++w) board->Wake(w);
+    }
+  });
+  double cpu_seconds = -1, wall_seconds = 0;
+  int seen = -1;
+  std::thread waiter([&] {
+    timespec t0{}, t1{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const auto start = std::chrono::steady_clock::now();
+    OpenOptions o;
+    o.wait = true;
+    o.timeout = 20s;
+    Buffer b = consumer.open(name, o);
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    cpu_seconds = static_cast<double>(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    seen = static_cast<const unsigned char*>(b.data())[7];
+  });
+  std::this_thread::sleep_for(1500ms);
+  AllocateOptions ao;
+  ao.name = name;
+  Buffer a = producer.allocate(4096, ao);
+  std::memset(a.data(), 77, a.size());
+  a.seal();
+  waiter.join();
+  stop = true;
+  waker.join();
+  EXPECT_EQ(seen, 77);
+  ASSERT_GT(wall_seconds, 1.0);
+  // Woken for nothing many times over (the words moved while it slept)...
+  EXPECT_GT(consumer.stats().seal_wakes, 10u);
+  // ...and yet mostly asleep: a wake that put it back to its spin at once
+  // would keep it on a CPU for the whole wait.
+  EXPECT_LT(cpu_seconds, 0.5 * wall_seconds)
+      << "the sleeper spent " << cpu_seconds << " s of CPU in a wait of " << wall_seconds << " s";
+}
+
 }  // namespace
 }  // namespace gpubroker::testing
