@@ -10,8 +10,8 @@
 // two cold wake-ups one after the other. With the board the producer's
 // client, as its seal begins, wakes the word of that name (and the daemon,
 // with an Ahead frame), so the consumer wakes while the daemon does; it then
-// waits on its socket for the answer, a few µs away, on a CPU that has just
-// woken (docs/architecture.md, "The wake board").
+// waits for the answer, tens of µs away, as a call does: awake for the
+// client's spin, then on its socket (docs/architecture.md, "The wake board").
 //
 // The board never carries an answer, only "look now". The daemon wakes a
 // session's own word after every frame it sends to it, so a sleeper misses

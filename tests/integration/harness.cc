@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -459,24 +460,28 @@ double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-int OpenDescriptors(pid_t pid) {
+// The numbers of the descriptors process `pid` holds now; none when unknown.
+static std::optional<std::vector<int>> DescriptorNumbers(pid_t pid) {
   std::error_code ec;
-  int n = 0;
+  std::vector<int> numbers;
   for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
+    numbers.push_back(std::stoi(it->path().filename().string()));
   }
-  return ec ? -1 : n;
+  if (ec) return std::nullopt;
+  return numbers;
+}
+
+int OpenDescriptors(pid_t pid) {
+  const auto numbers = DescriptorNumbers(pid);
+  return numbers ? static_cast<int>(numbers->size()) : -1;
 }
 
 int FreeDescriptors(pid_t pid, int limit) {
-  std::error_code ec;
-  int free = limit;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    if (std::stoi(it->path().filename().string()) < limit) --free;
-  }
-  return ec ? -1 : free;
+  const auto numbers = DescriptorNumbers(pid);
+  if (!numbers) return -1;
+  return limit - static_cast<int>(std::count_if(numbers->begin(), numbers->end(),
+                                                [limit](int fd) { return fd < limit; }));
 }
 
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

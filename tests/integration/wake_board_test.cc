@@ -59,23 +59,29 @@ std::thread WaitFor(Client& consumer, const std::string& name, std::atomic<int>*
   });
 }
 
-// A raw session of this process's tenant that asked for the board, and the
-// board's descriptor that came with its Welcome.
+// A raw session of this process's tenant that asked for the board, the
+// board's descriptor that came with its Welcome, and this process's mapping
+// of it (which outlives the session and the descriptor).
 struct BoardSession {
   RawSession raw;
   v1::Welcome welcome;
   UniqueFd board;
+  WakeBoard mapped;
 };
 std::optional<BoardSession> ConnectWithBoard(const Daemon& daemon) {
   auto raw = RawSession::Connect(daemon.socket_dir());
   EXPECT_TRUE(raw.ok());
   if (!raw.ok()) return std::nullopt;
-  BoardSession s{std::move(*raw), {}, {}};
+  BoardSession s{std::move(*raw), {}, {}, {}};
   std::vector<UniqueFd> fds;
   s.welcome = HelloWithBoard(s.raw, true, &fds);
   EXPECT_EQ(fds.size(), 1u);
   if (fds.size() != 1) return std::nullopt;
   s.board = std::move(fds[0]);
+  auto mapped = WakeBoard::Map(s.board.get());
+  EXPECT_TRUE(mapped.ok()) << mapped.status();
+  if (!mapped.ok()) return std::nullopt;
+  s.mapped = std::move(*mapped);
   return s;
 }
 
@@ -126,22 +132,18 @@ TEST(WakeBoard, ComesOnlyToASessionThatAsksAndCannotBeResized) {
 TEST(WakeBoard, GoesWithTheTenantsLastSession) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());
-  UniqueFd first_board;
+  WakeBoard old_board;
   {
     auto first = ConnectWithBoard(daemon);
     ASSERT_TRUE(first);
-    first_board = std::move(first->board);
+    old_board = std::move(first->mapped);
   }
-  auto old_board = WakeBoard::Map(first_board.get());
-  ASSERT_TRUE(old_board.ok());
-  old_board->Arm(600);
+  old_board.Arm(600);
   ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 0; }));
   auto second = ConnectWithBoard(daemon);
   ASSERT_TRUE(second);
-  auto new_board = WakeBoard::Map(second->board.get());
-  ASSERT_TRUE(new_board.ok());
-  EXPECT_EQ(new_board->Load(600), 0u) << "a new page, not the ended sessions' one";
-  EXPECT_EQ(old_board->Load(600), 1u);
+  EXPECT_EQ(second->mapped.Load(600), 0u) << "a new page, not the ended sessions' one";
+  EXPECT_EQ(old_board.Load(600), 1u);
 }
 
 // Another tenant's session gets another board: the words of one tenant's
@@ -200,8 +202,7 @@ TEST(WakeBoard, TheDaemonWakesASessionsWordAfterEachFrame) {
   auto raw = ConnectWithBoard(daemon);
   ASSERT_TRUE(raw);
   const v1::Welcome& w = raw->welcome;
-  auto board = WakeBoard::Map(raw->board.get());
-  ASSERT_TRUE(board.ok()) << board.status();
+  const WakeBoard* board = &raw->mapped;
   for (int round = 0; round < 3; ++round) {
     const uint32_t word = w.wake_word();
     const uint32_t armed = board->Arm(word);
@@ -332,8 +333,7 @@ TEST(WakeBoard, ANeighbourScribblingOnTheBoardCostsWakeUpsNotAnswers) {
   ASSERT_TRUE(daemon.ok());
   auto raw = ConnectWithBoard(daemon);
   ASSERT_TRUE(raw);
-  auto board = WakeBoard::Map(raw->board.get());
-  ASSERT_TRUE(board.ok());
+  const WakeBoard* board = &raw->mapped;
   void* page =
       ::mmap(nullptr, kWakeBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, raw->board.get(), 0);
   ASSERT_NE(page, MAP_FAILED);
@@ -379,8 +379,7 @@ TEST(WakeBoard, ANeighbourWakingASleeperWithoutPauseCostsItAFractionOfACpu) {
   ASSERT_TRUE(daemon.ok());
   auto raw = ConnectWithBoard(daemon);
   ASSERT_TRUE(raw);
-  auto board = WakeBoard::Map(raw->board.get());
-  ASSERT_TRUE(board.ok());
+  const WakeBoard* board = &raw->mapped;
   auto producer = Client::connect(daemon.socket_dir());
   auto consumer = Client::connect(daemon.socket_dir());
   const std::string name = "woken.for.nothing";
