@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Seal + wait with a sleeping consumer, with and without the wake board in
-# turn (GPUBROKER_WAKE_BOARD=1, then 0), ROUNDS times in one go, each run
-# against two idle round trips of the same run; then the medians. The first
-# run on a machine that has just started reads high: use six rounds or more.
+# Seal + wait with a sleeping consumer, three ways in turn: the wake board
+# with the consumer woken before the seal's frame ("on", the default), the
+# board with the consumer woken after it ("after", GPUBROKER_SEAL_WAKE=after)
+# and no board ("off", GPUBROKER_WAKE_BOARD=0); ROUNDS times in one go, each
+# run against two idle round trips of the same run; then the medians. The
+# first run on a machine that has just started reads high: use six rounds or
+# more.
 #   scripts/wake-board-ab.sh [ROUNDS] [BACKEND]   (defaults: 6, cuda)
 # On the GPU machine, from the bundle: source .device-bundle/env.sh first.
 # JSON and logs go to $OUT (default ./wake-board-ab).
@@ -13,10 +16,13 @@ out=${OUT:-wake-board-ab}
 mkdir -p "$out"
 bench=$(command -v gpubroker-bench || echo build/bin/gpubroker-bench)
 for ((r = 1; r <= rounds; r++)); do
-  for board in 1 0; do
-    GPUBROKER_WAKE_BOARD=$board "$bench" --backend "$backend" --cases handover --sizes 64MiB \
-      --quick --json-out "$out/round$r-board$board.json" >"$out/round$r-board$board.txt" \
-      2>"$out/round$r-board$board.err"
+  for way in on after off; do
+    board=1 seal_wake=before
+    [ "$way" = off ] && board=0
+    [ "$way" = after ] && seal_wake=after
+    GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake "$bench" --backend "$backend" \
+      --cases handover --sizes 64MiB --quick --json-out "$out/round$r-$way.json" \
+      >"$out/round$r-$way.txt" 2>"$out/round$r-$way.err"
   done
 done
 python3 - "$out" "$rounds" <<'EOF'
@@ -34,19 +40,22 @@ def rows(path):
     return [(r["p50_us"], r["ratio_p50"]) for r in (confirmed, posted)]
 
 
-table = {1: [], 0: []}
-print("round  seal + wait: board on, off    posted seal: board on, off   (p50 µs, ratio)")
+WAYS = ("on", "after", "off")
+table = {way: [] for way in WAYS}
+cell = lambda x: f"{x[0]:7.1f} ({x[1]:.2f}x)"
+print("round  seal + wait: board on, after, off               "
+      "posted seal: board on, after, off   (p50 µs, ratio)")
 for r in range(1, rounds + 1):
-    on, off = rows(f"{out}/round{r}-board1.json"), rows(f"{out}/round{r}-board0.json")
-    table[1].append(on)
-    table[0].append(off)
-    cell = lambda x: f"{x[0]:7.1f} ({x[1]:.2f}x)"
-    print(f"{r:5d}  {cell(on[0])} {cell(off[0])}   {cell(on[1])} {cell(off[1])}")
-for board, name in ((1, "on"), (0, "off")):
+    got = {way: rows(f"{out}/round{r}-{way}.json") for way in WAYS}
+    for way in WAYS:
+        table[way].append(got[way])
+    print(f"{r:5d}  " + " ".join(cell(got[w][0]) for w in WAYS) + "   " +
+          " ".join(cell(got[w][1]) for w in WAYS))
+for way in WAYS:
     for i, what in enumerate(("seal + wait", "posted seal")):
-        us = statistics.median(x[i][0] for x in table[board])
-        ratio = statistics.median(x[i][1] for x in table[board])
-        under = sum(x[i][1] <= 1 for x in table[board])
-        print(f"median, board {name:3s} {what}: {us:7.1f} us, {ratio:.2f}x two idle round "
+        us = statistics.median(x[i][0] for x in table[way])
+        ratio = statistics.median(x[i][1] for x in table[way])
+        under = sum(x[i][1] <= 1 for x in table[way])
+        print(f"median, board {way:5s} {what}: {us:7.1f} us, {ratio:.2f}x two idle round "
               f"trips; at or under 1x in {under} of {rounds}")
 EOF

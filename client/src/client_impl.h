@@ -281,6 +281,13 @@ class SessionChannel {
   uint32_t wake_word_ = 0;
   std::atomic<uint64_t> seal_wakes_{0};
 
+  // GPUBROKER_SEAL_WAKE=after: SealAhead leaves its words here, and the
+  // next frame sent wakes them (under send_mu_).
+  bool wake_after_frame_ = false;
+  uint32_t deferred_wake_[2] = {kNoWord, kNoWord};
+  /// Sends one whole frame, then wakes any words SealAhead deferred.
+  absl::Status SendFrame(std::string_view bytes);
+
   std::mutex send_mu_;  // one frame goes out whole before the next
   std::mutex mu_;       // all that follows
   std::condition_variable answered_;

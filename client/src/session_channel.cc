@@ -70,6 +70,8 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   // sleeps on the socket alone.
   const char* board = std::getenv("GPUBROKER_WAKE_BOARD");
   hello.mutable_hello()->set_wake_board(board == nullptr || std::string_view(board) != "0");
+  const char* seal_wake = std::getenv("GPUBROKER_SEAL_WAKE");
+  wake_after_frame_ = seal_wake != nullptr && std::string_view(seal_wake) == "after";
   const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));
   // The answer to Hello has no request id: read it here, before anyone else can.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -321,13 +323,25 @@ void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
     frame.mutable_ahead();
     return EncodeFrame(frame);
   }();
-  {
-    std::lock_guard send(send_mu_);
-    (void)SendAll(fd_.get(), kAhead);
+  std::lock_guard send(send_mu_);
+  (void)SendAll(fd_.get(), kAhead);
+  if (wake_after_frame_) {
+    std::copy(std::begin(words), std::end(words), deferred_wake_);
+    return;
   }
   for (uint32_t word : words) {
     if (word != kNoWord) board_.Wake(word);
   }
+}
+
+absl::Status SessionChannel::SendFrame(std::string_view bytes) {
+  std::lock_guard send(send_mu_);
+  absl::Status sent = SendAll(fd_.get(), bytes);
+  for (uint32_t& word : deferred_wake_) {
+    if (word != kNoWord) board_.Wake(word);
+    word = kNoWord;
+  }
+  return sent;
 }
 
 namespace {
@@ -387,12 +401,7 @@ SessionChannel::Answer SessionChannel::Exchange(const std::string& frame, uint64
     slots_[id] = &slot;
     CallerIn();  // before the frame goes: its answer must not wake Poll
   }
-  if (absl::Status s =
-          [&] {
-            std::lock_guard send(send_mu_);
-            return SendAll(fd_.get(), frame);
-          }();
-      !s.ok()) {
+  if (absl::Status s = SendFrame(frame); !s.ok()) {
     std::lock_guard lock(mu_);
     slots_.erase(id);
     CallerOut();
@@ -508,11 +517,7 @@ uint64_t SessionChannel::PostAs(CallT call) {
     posted_.emplace(id, std::move(slot));
     posted_waiting_++;
   }
-  absl::Status sent = [&] {
-    std::lock_guard send(send_mu_);
-    return SendAll(fd_.get(), bytes);
-  }();
-  if (!sent.ok()) {
+  if (absl::Status sent = SendFrame(bytes); !sent.ok()) {
     std::lock_guard lock(mu_);
     slots_.erase(id);
     ForgetPosted(id);
