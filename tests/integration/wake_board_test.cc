@@ -268,8 +268,7 @@ TEST(WakeBoard, AProducersSealWakesAConsumerWaitingForTheName) {
     ::unsetenv("GPUBROKER_SEAL_WAKE");
     for (const bool posted : {false, true}) {
       for (int i = 0; i < 3; ++i) {
-        const std::string name =
-            "board.frame." + way + (posted ? ".p" : ".c") + std::to_string(i);
+        const std::string name = "board.frame." + way + (posted ? ".p" : ".c") + std::to_string(i);
         std::atomic<int> seen{-1};
         const double before = daemon.Metric("gpubroker_waiting_opens");
         std::thread waiter = WaitFor(consumer, name, &seen);
