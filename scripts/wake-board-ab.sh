@@ -8,7 +8,8 @@
 # more.
 #   scripts/wake-board-ab.sh [ROUNDS] [BACKEND]   (defaults: 6, cuda)
 # On the GPU machine, from the bundle: source .device-bundle/env.sh first.
-# JSON and logs go to $OUT (default ./wake-board-ab).
+# JSON and logs go to $OUT (default ./wake-board-ab), the medians to
+# summary.txt there, and all of them again in wake-board-ab.tar.gz.
 set -euo pipefail
 rounds=${1:-6}
 backend=${2:-cuda}
@@ -25,7 +26,7 @@ for ((r = 1; r <= rounds; r++)); do
       >"$out/round$r-$way.txt" 2>"$out/round$r-$way.err"
   done
 done
-python3 - "$out" "$rounds" <<'EOF'
+python3 - "$out" "$rounds" <<'EOF' | tee "$out/summary.txt"
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 SEAL = "2 x round trip after 2 ms idle"
@@ -59,3 +60,5 @@ for way in WAYS:
         print(f"median, board {way:5s} {what}: {us:7.1f} us, {ratio:.2f}x two idle round "
               f"trips; at or under 1x in {under} of {rounds}")
 EOF
+# Every round's files in one archive too, for a runner that fetches few files.
+(cd "$out" && tar czf wake-board-ab.tar.gz round* summary.txt)
