@@ -281,11 +281,13 @@ class SessionChannel {
   uint32_t wake_word_ = 0;
   std::atomic<uint64_t> seal_wakes_{0};
 
-  // GPUBROKER_SEAL_WAKE=after: SealAhead leaves its words here, and the
-  // next frame sent wakes them (under send_mu_).
+  // The words SealAhead is to wake (under send_mu_): at once, or with
+  // GPUBROKER_SEAL_WAKE=after once the next frame is sent.
   bool wake_after_frame_ = false;
-  uint32_t deferred_wake_[2] = {kNoWord, kNoWord};
-  /// Sends one whole frame, then wakes any words SealAhead deferred.
+  uint32_t pending_wake_[2] = {kNoWord, kNoWord};
+  /// Wakes the pending words and clears them. Under send_mu_.
+  void WakePending();
+  /// Sends one whole frame, then wakes any words still pending.
   absl::Status SendFrame(std::string_view bytes);
 
   std::mutex send_mu_;  // one frame goes out whole before the next

@@ -325,22 +325,21 @@ void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
   }();
   std::lock_guard send(send_mu_);
   (void)SendAll(fd_.get(), kAhead);
-  if (wake_after_frame_) {
-    std::copy(std::begin(words), std::end(words), deferred_wake_);
-    return;
-  }
-  for (uint32_t word : words) {
+  std::copy(std::begin(words), std::end(words), pending_wake_);
+  if (!wake_after_frame_) WakePending();
+}
+
+void SessionChannel::WakePending() {
+  for (uint32_t& word : pending_wake_) {
     if (word != kNoWord) board_.Wake(word);
+    word = kNoWord;
   }
 }
 
 absl::Status SessionChannel::SendFrame(std::string_view bytes) {
   std::lock_guard send(send_mu_);
   absl::Status sent = SendAll(fd_.get(), bytes);
-  for (uint32_t& word : deferred_wake_) {
-    if (word != kNoWord) board_.Wake(word);
-    word = kNoWord;
-  }
+  WakePending();
   return sent;
 }
 
