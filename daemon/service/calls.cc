@@ -213,7 +213,7 @@ absl::Status BrokerCalls::ReturnRange(const SessionView& s, const v1::ReturnRang
 }
 
 absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest& req,
-                                  v1::PublishResponse* resp) {
+                                  BufferGrant* grant) {
   PublishParams p;
   p.range = req.range_id();
   p.offset = req.offset();
@@ -224,19 +224,19 @@ absl::Status BrokerCalls::Publish(const SessionView& s, const v1::PublishRequest
   p.seal = req.seal();
   p.fence_offset = req.fence_offset();
   p.fence_value = req.fence_value();
-  return DoPublish(s, p, resp);
+  return DoPublish(s, p, grant);
 }
 
 absl::Status BrokerCalls::Publish(const SessionView& s, const FlatCallFacts& call,
-                                  v1::PublishResponse* resp) {
-  return DoPublish(s, FromFlatPublish(call), resp);
+                                  BufferGrant* grant) {
+  return DoPublish(s, FromFlatPublish(call), grant);
 }
 
 absl::Status BrokerCalls::DoPublish(const SessionView& s, const PublishParams& p,
-                                    v1::PublishResponse* resp) {
-  auto grant = registry_.Publish(s.id, p);
-  if (!grant.ok()) return Refuse("Publish", &s, grant.status());
-  ToProto(grant->buffer, resp->mutable_buffer());
+                                    BufferGrant* grant) {
+  auto published = registry_.Publish(s.id, p);
+  if (!published.ok()) return Refuse("Publish", &s, published.status());
+  *grant = std::move(*published);
   return absl::OkStatus();
 }
 

@@ -70,8 +70,11 @@ class BrokerCalls {
   absl::Status LeaseRange(const SessionView& s, const v1::LeaseRangeRequest& req,
                           v1::LeaseRangeResponse* resp);
   absl::Status ReturnRange(const SessionView& s, const v1::ReturnRangeRequest& req);
-  absl::Status Publish(const SessionView& s, const v1::PublishRequest& req,
-                       v1::PublishResponse* resp);
+  /// A client-made buffer named and/or sealed. Its answer is the registry's
+  /// grant (`*grant` when OK), which session.sock writes after answering
+  /// the Opens parked on the seal (ToFlatPublishAnswer, or ToProto of its
+  /// buffer for a session that reads protobuf).
+  absl::Status Publish(const SessionView& s, const v1::PublishRequest& req, BufferGrant* grant);
   /// Tickets (docs/fast-path.md, "Tickets"): a lease kept for a claimer,
   /// and its claim, answered as an Open.
   absl::Status Hold(const SessionView& s, const v1::HoldRequest& req, v1::HoldResponse* resp);
@@ -88,7 +91,7 @@ class BrokerCalls {
                                              std::chrono::steady_clock::time_point deadline,
                                              BufferGrant* grant, GrantAnswer done, WaitId* parked,
                                              bool* absent = nullptr);
-  absl::Status Publish(const SessionView& s, const FlatCallFacts& call, v1::PublishResponse* resp);
+  absl::Status Publish(const SessionView& s, const FlatCallFacts& call, BufferGrant* grant);
   absl::Status Release(const SessionView& s, const FlatCallFacts& call);
   void RecordCounters(const SessionView& s, const FlatCallFacts::Counters& counters);
   /// The client no longer maps these allocations.
@@ -115,8 +118,7 @@ class BrokerCalls {
                                      std::chrono::steady_clock::time_point deadline,
                                      BufferGrant* grant, GrantAnswer done, WaitId* parked,
                                      bool* absent);
-  absl::Status DoPublish(const SessionView& s, const PublishParams& params,
-                         v1::PublishResponse* resp);
+  absl::Status DoPublish(const SessionView& s, const PublishParams& params, BufferGrant* grant);
   absl::Status DoRelease(const SessionView& s, BufferId id, bool free, bool keep_mapping);
 
   Registry& registry_;

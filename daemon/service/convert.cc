@@ -114,30 +114,37 @@ void ToProto(const ImportInfo& info, v1::ImportDescriptor* out) {
   out->set_device_uuid(info.device_uuid);
 }
 
+namespace {
+
+void BufferToFacts(const BufferView& v, FlatAnswerFacts* f) {
+  f->has_buffer = true;
+  f->id = v.id;
+  f->name = v.name;
+  f->size = v.size;
+  f->reserved_size = v.reserved_size;
+  f->device_uuid = v.device_uuid;
+  f->tenant = v.tenant;
+  f->state = ToProto(v.state);
+  TensorToFacts(v.tensor, f);
+  f->keep = v.keep;
+  f->expires_unix_ms = v.expires_unix_ms;
+  f->shared_with.assign(v.shared_with.begin(), v.shared_with.end());
+  f->leases = v.leases;
+  f->owner_session = v.owner_session;
+  f->created_unix_ms = v.created_unix_ms;
+  f->backing = v.backing;
+  f->client_made = v.client_made;
+}
+
+}  // namespace
+
 FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool claim) {
-  const BufferView& v = grant.buffer;
   const ImportInfo& im = grant.import;
   FlatAnswerFacts f;
   f.kind = claim ? FlatAnswerFacts::Kind::kClaim : FlatAnswerFacts::Kind::kOpen;
   f.request_id = request_id;
-  f.has_buffer = true;
+  BufferToFacts(grant.buffer, &f);
   f.has_import = true;
-  f.id = v.id;
-  f.name = v.name;
-  f.size = v.size;
-  f.reserved_size = v.reserved_size;
-  f.device_uuid = v.device_uuid;
-  f.tenant = v.tenant;
-  f.state = ToProto(v.state);
-  TensorToFacts(v.tensor, &f);
-  f.keep = v.keep;
-  f.expires_unix_ms = v.expires_unix_ms;
-  f.shared_with.assign(v.shared_with.begin(), v.shared_with.end());
-  f.leases = v.leases;
-  f.owner_session = v.owner_session;
-  f.created_unix_ms = v.created_unix_ms;
-  f.backing = v.backing;
-  f.client_made = v.client_made;
   f.import_kind = ToProto(im.kind);
   f.region_id = im.region_id;
   f.offset = im.offset;
@@ -148,6 +155,14 @@ FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool
   f.fence_offset = im.fence_offset;
   f.fence_value = im.fence_value;
   f.import_device_uuid = im.device_uuid;
+  return f;
+}
+
+FlatAnswerFacts ToFlatPublishAnswer(const BufferView& buffer, uint64_t request_id) {
+  FlatAnswerFacts f;
+  f.kind = FlatAnswerFacts::Kind::kPublish;
+  f.request_id = request_id;
+  BufferToFacts(buffer, &f);
   return f;
 }
 

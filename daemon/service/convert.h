@@ -38,6 +38,9 @@ void ToProto(const BufferGrant& grant, Response* out) {
 /// and import says, field for field, without a message in between. Views
 /// into `grant`, which must outlive the result.
 FlatAnswerFacts ToFlatAnswer(const BufferGrant& grant, uint64_t request_id, bool claim);
+/// A Publish's answer to `request_id` (the buffer, no import) as the flat
+/// layout writes it, read straight from `buffer`, which must outlive it.
+FlatAnswerFacts ToFlatPublishAnswer(const BufferView& buffer, uint64_t request_id);
 /// What travels with a descriptor, answering `request`.
 void ToProto(const FdGrant& grant, const v1::FdRequest& request, v1::FdGrant* out);
 /// The node's state, and who asks, as the Status call answers it.

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <optional>
 
 #include "common/refusal.h"
 #include "common/spin.h"
@@ -44,6 +45,31 @@ class StackArena {
   }
   alignas(8) char block_[4096];
   google::protobuf::Arena arena_;
+};
+
+// A call's answer as a message, made on the stack only when one is needed:
+// the calls of a hand-over's path are answered from the registry's facts
+// (SendGrant, SendPublished) and make none.
+class LazyReply {
+ public:
+  explicit LazyReply(uint64_t request_id) : request_id_(request_id) {}
+  LazyReply(const LazyReply&) = delete;
+  LazyReply& operator=(const LazyReply&) = delete;
+
+  v1::SessionFrame& frame() {
+    if (frame_ == nullptr) {
+      arena_.emplace();
+      frame_ = google::protobuf::Arena::CreateMessage<v1::SessionFrame>(arena_->get());
+      frame_->mutable_reply()->set_request_id(request_id_);
+    }
+    return *frame_;
+  }
+  v1::Reply* reply() { return frame().mutable_reply(); }
+
+ private:
+  uint64_t request_id_;
+  std::optional<StackArena> arena_;
+  v1::SessionFrame* frame_ = nullptr;  // on arena_
 };
 
 // The other end of a stream socket has closed (or its process died): a
@@ -795,18 +821,18 @@ SessionServer::Outcome SessionServer::OnFlatCall(Connection& c, const FlatCallFa
 
 template <typename CallT>
 SessionServer::Outcome SessionServer::OnCallAs(Connection& c, const CallT& call) {
-  // The answer is encoded before this returns: built on the stack.
-  StackArena arena;
-  v1::SessionFrame& reply = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(arena.get());
-  v1::Reply* r = reply.mutable_reply();
   const uint64_t request_id = RequestIdOf(call);
-  r->set_request_id(request_id);
+  // The answer is encoded before this returns: built on the stack, if at all.
+  LazyReply reply(request_id);
   absl::Status status;
   // An Open's or a Claim's answer is the registry's grant, sent by
   // SendGrant: to a session that reads flat answers it is written with no
   // message in between (ToFlatAnswer), on every hand-over's critical path.
+  // A Publish's answer is its grant's buffer too (SendPublished), written
+  // after the Opens parked on the seal are answered.
   BufferGrant grant;
-  bool granted = false;  // the answer is in `grant`, not in `reply`
+  bool granted = false;    // the answer is in `grant`, not in `reply`
+  bool published = false;  // ... a Publish's, in `grant.buffer`
   // The client's counters ride on its calls. A seal's are booked after the
   // consumers parked on it are answered (their wait is a hand-over's
   // critical path), and before the producer's own answer goes, so that it
@@ -849,23 +875,27 @@ SessionServer::Outcome SessionServer::OnCallAs(Connection& c, const CallT& call)
         break;
       }
       case CallKind::kPublish:
-        status = calls_.Publish(c.view, PublishOf(call), r->mutable_publish());
+        status = calls_.Publish(c.view, PublishOf(call), &grant);
+        published = status.ok();
         break;
       case CallKind::kRelease:
         status = calls_.Release(c.view, ReleaseOf(call));
-        r->mutable_release();
+        reply.reply()->mutable_release();
         break;
       case CallKind::kOther:
         if constexpr (std::is_same_v<CallT, v1::Call>) {
-          if (!ServeOther(c, call, r, &status, &grant, &granted)) return Outcome::kKeep;  // later
+          if (!ServeOther(c, call, reply.reply(), &status, &grant, &granted)) {
+            return Outcome::kKeep;  // answered later
+          }
         }
         break;
     }
   }
   Trace(TraceMark::kDaemonCallServed);
   if (!status.ok()) {
-    reply.Clear();
-    ToErrorFrame(status, request_id, reply.mutable_error());
+    granted = published = false;
+    reply.frame().Clear();
+    ToErrorFrame(status, request_id, reply.frame().mutable_error());
   } else if (seals && !looking_ahead_ && !answering_deferred_) {
     // The consumers parked on this seal are answered before the producer:
     // their wait is a hand-over's critical path, and a producer that posted
@@ -890,13 +920,8 @@ SessionServer::Outcome SessionServer::OnCallAs(Connection& c, const CallT& call)
     bytes = EncodeFrame(note);
   }
   if (granted) return SendGrant(c, request_id, IsClaim(call), grant, std::move(bytes));
-  // A Publish's answer (a confirmed seal waits for it) flat to a session
-  // that reads it so.
-  if (c.flat_publish && reply.has_reply() && reply.reply().has_publish() &&
-      AppendFlatAnswerFrame(reply.reply(), &bytes)) {
-    return SendBytes(c, std::move(bytes));
-  }
-  return SendBytes(c, bytes + EncodeFrameFor(reply, c.flat));
+  if (published) return SendPublished(c, request_id, grant.buffer, std::move(bytes));
+  return SendBytes(c, bytes + EncodeFrameFor(reply.frame(), c.flat));
 }
 
 bool SessionServer::ServeOther(Connection& c, const v1::Call& call, v1::Reply* r,
@@ -950,6 +975,20 @@ SessionServer::Outcome SessionServer::SendGrant(Connection& c, uint64_t request_
   v1::OpenResponse* a =
       claim ? frame.mutable_reply()->mutable_claim() : frame.mutable_reply()->mutable_open();
   ToProto(grant, a);
+  return SendBytes(c, before + EncodeFrameFor(frame, c.flat));
+}
+
+SessionServer::Outcome SessionServer::SendPublished(Connection& c, uint64_t request_id,
+                                                    const BufferView& buffer, std::string before) {
+  // Flat, from the registry's facts, to a session that reads a Publish's
+  // answer so (a confirmed seal waits for it).
+  if (c.flat_publish && AppendFlatAnswerFrame(ToFlatPublishAnswer(buffer, request_id), &before)) {
+    return SendBytes(c, std::move(before));
+  }
+  StackArena arena;
+  v1::SessionFrame& frame = *google::protobuf::Arena::CreateMessage<v1::SessionFrame>(arena.get());
+  frame.mutable_reply()->set_request_id(request_id);
+  ToProto(buffer, frame.mutable_reply()->mutable_publish()->mutable_buffer());
   return SendBytes(c, before + EncodeFrameFor(frame, c.flat));
 }
 

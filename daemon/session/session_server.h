@@ -189,6 +189,10 @@ class SessionServer {
   /// after `before` (frames already encoded, sent in the same write).
   Outcome SendGrant(Connection& c, uint64_t request_id, bool claim, const BufferGrant& grant,
                     std::string before = {});
+  /// The same for a Publish's answer, the published `buffer`: flat from
+  /// its facts to a session that said flat_publish_answers (ToFlatPublishAnswer).
+  Outcome SendPublished(Connection& c, uint64_t request_id, const BufferView& buffer,
+                        std::string before);
   Outcome Flush(Connection& c);
   /// Hands a completion to the loop thread (any thread) and wakes it.
   void Post(Completion completion);

@@ -130,8 +130,8 @@ bool ServeFlat(Core& core, const SessionView& s, const gpubroker::FlatCallFacts&
       return true;
     }
     case Kind::kPublish: {
-      gpubroker::v1::PublishResponse resp;
-      CheckRefusal(core.calls->Publish(s, call, &resp));
+      gpubroker::BufferGrant grant;
+      CheckRefusal(core.calls->Publish(s, call, &grant));
       return true;
     }
     case Kind::kRelease:

@@ -322,6 +322,18 @@ TEST(FlatAnswer, TheDaemonWritesFromItsGrantWhatTheMessageWouldSay) {
       EXPECT_EQ(whole, "prefix" + EncodeFrameFor(frame, FlatFrames::kAnswers));
     }
   }
+  // A Publish's answer: the buffer alone.
+  for (bool tensor : {true, false}) {
+    SCOPED_TRACE(testing::Message() << "publish, tensor " << tensor);
+    const BufferGrant g = EveryFieldGrant(tensor);
+    v1::SessionFrame frame;
+    frame.mutable_reply()->set_request_id(38);
+    ToProto(g.buffer, frame.mutable_reply()->mutable_publish()->mutable_buffer());
+    std::string from_message, from_grant;
+    ASSERT_TRUE(AppendFlatAnswerFrame(frame.reply(), &from_message));
+    ASSERT_TRUE(AppendFlatAnswerFrame(ToFlatPublishAnswer(g.buffer, 38), &from_grant));
+    EXPECT_EQ(from_grant, from_message);
+  }
   // A grant the layout cannot carry writes nothing.
   BufferGrant wide = EveryFieldGrant(true);
   wide.buffer.tensor->shape.assign(256, 1);
