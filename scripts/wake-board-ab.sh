@@ -5,8 +5,11 @@
 # and no board ("off", GPUBROKER_WAKE_BOARD=0); ROUNDS times in one go, each
 # run against two idle round trips of the same run; then the medians. The
 # first run on a machine that has just started reads high: use six rounds or
-# more.
-#   scripts/wake-board-ab.sh [ROUNDS] [BACKEND]   (defaults: 6, cuda)
+# more. WAYS picks and orders them; a fourth, "awake", is the board on with
+# the daemon kept polling through the idle before each seal
+# (GPUBROKER_BUSY_POLL_US=5000), to tell the daemon's wake-up from the rest.
+#   [WAYS="on after off awake"] scripts/wake-board-ab.sh [ROUNDS] [BACKEND]
+#   (defaults: on after off, 6, cuda)
 # On the GPU machine, from the bundle: source .device-bundle/env.sh first.
 # JSON and logs go to $OUT (default ./wake-board-ab), the medians to
 # summary.txt there, and all of them again in wake-board-ab.tar.gz.
@@ -16,19 +19,22 @@ backend=${2:-cuda}
 out=${OUT:-wake-board-ab}
 mkdir -p "$out"
 bench=$(command -v gpubroker-bench || echo build/bin/gpubroker-bench)
+ways=${WAYS:-on after off}
 for ((r = 1; r <= rounds; r++)); do
-  for way in on after off; do
-    board=1 seal_wake=before
+  for way in $ways; do
+    board=1 seal_wake=before poll=100
     [ "$way" = off ] && board=0
     [ "$way" = after ] && seal_wake=after
-    GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake "$bench" --backend "$backend" \
+    [ "$way" = awake ] && poll=5000
+    GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake GPUBROKER_BUSY_POLL_US=$poll \
+      "$bench" --backend "$backend" \
       --cases handover --sizes 64MiB --quick --json-out "$out/round$r-$way.json" \
       >"$out/round$r-$way.txt" 2>"$out/round$r-$way.err"
   done
 done
-python3 - "$out" "$rounds" <<'EOF' | tee "$out/summary.txt"
+python3 - "$out" "$rounds" $ways <<'EOF' | tee "$out/summary.txt"
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, WAYS = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 SEAL = "2 x round trip after 2 ms idle"
 
 
@@ -41,11 +47,10 @@ def rows(path):
     return [(r["p50_us"], r["ratio_p50"]) for r in (confirmed, posted)]
 
 
-WAYS = ("on", "after", "off")
 table = {way: [] for way in WAYS}
 cell = lambda x: f"{x[0]:7.1f} ({x[1]:.2f}x)"
-print("round  seal + wait: board on, after, off               "
-      "posted seal: board on, after, off   (p50 µs, ratio)")
+ways = ", ".join(WAYS)
+print(f"round  seal + wait: {ways:40s}  posted seal: {ways}   (p50 µs, ratio)")
 for r in range(1, rounds + 1):
     got = {way: rows(f"{out}/round{r}-{way}.json") for way in WAYS}
     for way in WAYS:
