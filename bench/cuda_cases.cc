@@ -418,6 +418,15 @@ int RunCuda(const Options& o) {
       &add("    of which until B's Open(wait) returned (answer, map)"),
       &add("    of which B's stream wait call after it (wait_ready)"),
       &add("    of which B's stream synchronize after its wait")};
+  // The same with the daemon's session thread polling while B's Open is
+  // parked (OpenOptions::daemon_awake, 5 ms), B asleep (on the wake board):
+  // one CPU, the daemon's, where `awake` takes two.
+  SealWaitRows seal_wait_daemon_awake{
+      &add("  variant: the daemon awake for B, B asleep (daemon_awake = 5 ms; seal confirmed)"),
+      &add("    of which A's seal call"),
+      &add("    of which until B's Open(wait) returned (answer, map)"),
+      &add("    of which B's stream wait call after it (wait_ready)"),
+      &add("    of which B's stream synchronize after its wait")};
   // B waits in Open for a name; A seals it after 2 ms, so that B is parked.
   // A share whose consumer asked first, as a consumer that knows the name
   // does: B waits in Open(wait, allow_unsealed) before A allocates, so the
@@ -452,19 +461,27 @@ int RunCuda(const Options& o) {
     b.release();
   };
 
+  // `variant`: B's Open(wait) as it is (0), awake (kOpenAwake), or with the
+  // daemon awake for it (kOpenDaemonAwake).
   auto seal_and_wait = [&](int i, const SealWaitRows& rows, bool keep, bool posted,
-                           bool awake = false) {
+                           uint32_t variant = 0) {
+    const bool awake = variant == kOpenAwake;
+    const bool daemon_awake = variant == kOpenDaemonAwake;
     AllocateOptions ao;
-    ao.name = StrCat("bench.seal.", posted ? "posted." : "", awake ? "awake." : "", i);
+    ao.name = StrCat("bench.seal.", posted ? "posted." : "", awake ? "awake." : "",
+                     daemon_awake ? "daemon-awake." : "", i);
     Buffer b = client.allocate(64 * kMiB, ao);
     Msg m;
     m.op = kOpenWait;
-    if (awake) m.variant = kOpenAwake;
+    m.variant = variant;
     std::snprintf(m.data, sizeof(m.data), "%s", ao.name.c_str());
     Send(peer.fd(), m);
     Receive(peer.fd());  // B is about to wait
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    Mark(awake ? kMarkSealAwakeStart : posted ? kMarkSealPostedStart : kMarkSealStart);
+    Mark(awake          ? kMarkSealAwakeStart
+         : daemon_awake ? kMarkSealDaemonAwakeStart
+         : posted       ? kMarkSealPostedStart
+                        : kMarkSealStart);
     const uint64_t t0 = NowNs();
     if (posted) {
       b.seal_posted(stream);
@@ -488,7 +505,7 @@ int RunCuda(const Options& o) {
   // (A to the daemon, the daemon to B).
   Samples& cold_ping = add("A <-> B round trip after 2 ms idle (bare Unix socket)");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
   const int n64 = o.iterations;
   for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
@@ -507,7 +524,8 @@ int RunCuda(const Options& o) {
                                           "seal + wait, posted seal",
                                           "broker share 64 MiB, posted seal",
                                           "broker share 64 MiB, ticket",
-                                          "seal + wait, B awake"};
+                                          "seal + wait, B awake",
+                                          "seal + wait, the daemon awake for B"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -556,7 +574,10 @@ int RunCuda(const Options& o) {
           broker_share(64 * kMiB, ticket64, keep, false, true, true);
           break;
         case 12:
-          seal_and_wait(i, seal_wait_awake, keep, false, true);
+          seal_and_wait(i, seal_wait_awake, keep, false, kOpenAwake);
+          break;
+        case 13:
+          seal_and_wait(i, seal_wait_daemon_awake, keep, false, kOpenDaemonAwake);
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -141,6 +141,9 @@ int ServeCudaPeer(const std::string& socket_dir, int fd) {
         oo.wait = true;
         oo.allow_unsealed = m.variant == kOpenEarly;
         if (m.variant == kOpenAwake) oo.awake = std::chrono::microseconds(kOpenAwakeUs);
+        if (m.variant == kOpenDaemonAwake) {
+          oo.daemon_awake = std::chrono::microseconds(kOpenAwakeUs);
+        }
         state.buffer.emplace(client.open(std::string_view(m.data), oo));
         reply.c = NowNs();  // answered and mapped
         Mark(kMarkOpenReturned);

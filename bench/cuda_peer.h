@@ -31,5 +31,8 @@ constexpr uint32_t kOpenEarly = 1;
 // kOpenAwakeUs) instead of sleeping until the seal comes.
 constexpr uint32_t kOpenAwake = 2;
 constexpr int64_t kOpenAwakeUs = 5000;
+// kOpenWait's variant: the daemon polls while B's Open(wait) is parked
+// (OpenOptions::daemon_awake, kOpenAwakeUs), B itself sleeping as usual.
+constexpr uint32_t kOpenDaemonAwake = 3;
 
 }  // namespace gpubroker::bench

@@ -36,8 +36,8 @@ WAITS = {"poll", "epoll_wait"}
 BOARD_SLEEPS = {"futex_wait", "futex_waitv"}
 
 # bench/timeline/marks.h
-SEAL, SEAL_POSTED, SEAL_AWAKE, OPENED, WAITED, SYNCED, PING, PING_END = (
-    10, 12, 13, 20, 21, 22, 30, 31)
+SEAL, SEAL_POSTED, SEAL_AWAKE, SEAL_DAEMON_AWAKE, OPENED, WAITED, SYNCED, PING, PING_END = (
+    10, 12, 13, 14, 20, 21, 22, 30, 31)
 # common/trace.h
 DECODED, SERVED, PARKED_ANSWER, ANSWER_TAKEN, MAPPED = 100, 101, 102, 110, 111
 # A call that waited this long (µs) or longer was parked (an Open that waits).
@@ -360,6 +360,9 @@ def main():
     awake = seal_wait(processes, SEAL_AWAKE, args.show)
     if awake:
         report("seal + wait, B waiting awake (Open(wait) with awake)", awake)
+    daemon_awake = seal_wait(processes, SEAL_DAEMON_AWAKE, args.show)
+    if daemon_awake:
+        report("seal + wait, the daemon awake for B, B asleep (daemon_awake)", daemon_awake)
     if not all(cut):
         sys.exit("some cases had no iteration to cut: was this a gpubroker-bench run, "
                  "with the library loaded in every process?")

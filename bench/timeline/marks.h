@@ -9,12 +9,13 @@ namespace gpubroker::bench {
 
 enum TimelineMark : int {
   // seal + wait (A seals a named buffer B waits for in Open(wait)):
-  kMarkSealStart = 10,        // A, before its seal
-  kMarkSealPostedStart = 12,  // A, before its posted seal
-  kMarkSealAwakeStart = 13,   // A, before its seal of a name B waits for awake
-  kMarkOpenReturned = 20,     // B, its Open(wait) returned (answered, mapped)
-  kMarkWaitReturned = 21,     // B, its stream wait call returned (CUDA)
-  kMarkSynced = 22,           // B, its stream synchronized (CUDA)
+  kMarkSealStart = 10,             // A, before its seal
+  kMarkSealPostedStart = 12,       // A, before its posted seal
+  kMarkSealAwakeStart = 13,        // A, before its seal of a name B waits for awake
+  kMarkSealDaemonAwakeStart = 14,  // ... of a name the daemon polls for, B asleep
+  kMarkOpenReturned = 20,          // B, its Open(wait) returned (answered, mapped)
+  kMarkWaitReturned = 21,          // B, its stream wait call returned (CUDA)
+  kMarkSynced = 22,                // B, its stream synchronized (CUDA)
   // a round trip on the benchmark's own socket after 2 ms idle:
   kMarkPingStart = 30,  // A, before it sends
   kMarkPingEnd = 31,    // A, the answer in

@@ -91,6 +91,11 @@ gpubroker::OpenOptions ToOptions(const gpubroker_open_options_t* o) {
     if (o->struct_size >= offsetof(gpubroker_open_options_t, awake_us) + sizeof(o->awake_us)) {
       options.awake = std::chrono::microseconds(o->awake_us);
     }
+    // So did `daemon_awake_us`.
+    if (o->struct_size >=
+        offsetof(gpubroker_open_options_t, daemon_awake_us) + sizeof(o->daemon_awake_us)) {
+      options.daemon_awake = std::chrono::microseconds(o->daemon_awake_us);
+    }
   }
   return options;
 }

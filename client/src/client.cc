@@ -39,14 +39,18 @@ bool ParseBufferId(std::string_view s, BufferId* id) {
 
 namespace {
 
-// `awake` shapes a wait: an Open that does not wait has none to keep awake.
+// `awake` and `daemon_awake` shape a wait: an Open that does not wait has
+// none to keep awake.
 void CheckAwake(const OpenOptions& options) {
   if (options.awake.count() < 0) {
     ThrowError(ErrorCode::kInvalidArgument, "awake is negative");
   }
-  if (options.awake.count() > 0 && !options.wait) {
+  if (options.daemon_awake.count() < 0) {
+    ThrowError(ErrorCode::kInvalidArgument, "daemon_awake is negative");
+  }
+  if ((options.awake.count() > 0 || options.daemon_awake.count() > 0) && !options.wait) {
     ThrowError(ErrorCode::kInvalidArgument,
-               "awake applies to an open that waits for its buffer (set wait)");
+               "awake and daemon_awake apply to an open that waits for its buffer (set wait)");
   }
 }
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "client/src/client_impl.h"
 #include "common/wire/tensor.h"
 
@@ -25,14 +27,24 @@ v1::AllocateRequest ToAllocateRequest(uint64_t size, const AllocateOptions& opti
   return req;
 }
 
+namespace {
+
+// How long the daemon keeps polling for a waiting Open: the longer of the
+// wait's own `awake` (this thread polls too) and `daemon_awake`.
+std::chrono::microseconds DaemonAwake(const OpenOptions& options) {
+  return std::max(options.awake, options.daemon_awake);
+}
+
+}  // namespace
+
 v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOptions& options) {
   v1::OpenRequest req;
   *req.mutable_ref() = ToRef(id, name);
   req.set_wait(options.wait);
   req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
   req.set_allow_unsealed(options.allow_unsealed);
-  if (options.wait && options.awake.count() > 0) {
-    req.set_awake_us(static_cast<uint64_t>(options.awake.count()));
+  if (options.wait && DaemonAwake(options).count() > 0) {
+    req.set_awake_us(static_cast<uint64_t>(DaemonAwake(options).count()));
   }
   return req;
 }
@@ -71,8 +83,8 @@ FlatCallFacts OpenCall(BufferId id, std::string_view name, const OpenOptions& op
   call.wait = options.wait;
   call.timeout_ms = static_cast<uint64_t>(options.timeout.count());
   call.allow_unsealed = options.allow_unsealed;
-  if (options.wait && options.awake.count() > 0) {
-    call.awake_us = static_cast<uint64_t>(options.awake.count());
+  if (options.wait && DaemonAwake(options).count() > 0) {
+    call.awake_us = static_cast<uint64_t>(DaemonAwake(options).count());
   }
   return call;
 }

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "client/src/dlpack_abi.h"
 #include "gpubroker/gpubroker.h"
@@ -390,6 +392,59 @@ TEST(CAbi, APostedOpenLearnsItsLayoutWithItsAnswerAndReturnsItsRefusal) {
   o.struct_size = offsetof(gpubroker_open_options_t, posted);
   ASSERT_EQ(gpubroker_open(reader.get(), "c.open.absent", &o, &opened), GPUBROKER_NOT_FOUND);
   EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+}
+
+// daemon_awake_us: the daemon polls while the wait is parked, the caller
+// sleeping; refused as awake_us is. A caller built before the field (its
+// struct_size ends before it) is not read there.
+TEST(CAbi, AWaitCanKeepOnlyTheDaemonAwake) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  CClient client(daemon.socket_dir());
+  CClient reader(daemon.socket_dir());
+  gpubroker_buffer_t* refused = nullptr;
+  gpubroker_open_options_t no_wait;
+  gpubroker_open_options_init(&no_wait);
+  no_wait.daemon_awake_us = 1000;
+  EXPECT_EQ(gpubroker_open(reader.get(), "c.daemon.awake", &no_wait, &refused),
+            GPUBROKER_INVALID_ARGUMENT);
+  gpubroker_open_options_t negative;
+  gpubroker_open_options_init(&negative);
+  negative.wait = 1;
+  negative.daemon_awake_us = -1;
+  EXPECT_EQ(gpubroker_open(reader.get(), "c.daemon.awake", &negative, &refused),
+            GPUBROKER_INVALID_ARGUMENT);
+  EXPECT_EQ(refused, nullptr);
+
+  gpubroker_open_options_t o;
+  gpubroker_open_options_init(&o);
+  o.wait = 1;
+  o.daemon_awake_us = 1000000;
+  gpubroker_buffer_t* b = nullptr;
+  gpubroker_status_t opened = GPUBROKER_INTERNAL;
+  std::thread waiter([&] { opened = gpubroker_open(reader.get(), "c.daemon.awake", &o, &b); });
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
+  gpubroker_buffer_t* a = nullptr;
+  ASSERT_EQ(gpubroker_allocate_named(client.get(), 4096, "c.daemon.awake", nullptr, &a),
+            GPUBROKER_OK);
+  ASSERT_EQ(gpubroker_buffer_seal(a), GPUBROKER_OK) << gpubroker_last_error();
+  waiter.join();
+  ASSERT_EQ(opened, GPUBROKER_OK) << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_is_sealed(b), 1);
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+
+  // An older caller's options: the field past its struct_size is not read.
+  gpubroker_open_options_t older;
+  gpubroker_open_options_init(&older);
+  older.struct_size = offsetof(gpubroker_open_options_t, daemon_awake_us);
+  older.wait = 1;
+  older.daemon_awake_us = -1;  // would be refused if it were read
+  ASSERT_EQ(gpubroker_open(reader.get(), "c.daemon.awake", &older, &b), GPUBROKER_OK)
+      << gpubroker_last_error();
+  EXPECT_EQ(gpubroker_buffer_release(b), GPUBROKER_OK);
+  EXPECT_EQ(gpubroker_buffer_release(a), GPUBROKER_OK);
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 1);
 }
 
 // gpubroker_buffer_wait_sealed: a handle opened before the seal reads sealed

@@ -2,6 +2,7 @@
 // in the daemon, and holds up none of the client's other calls, from other
 // threads, on the same connection; each wait ends at its own timeout.
 #include <atomic>
+#include <ctime>
 #include <thread>
 
 #include "gpubroker/client.hpp"
@@ -246,6 +247,59 @@ TEST(ClientWaits, AWaitThatStaysAwakeCostsTheDaemonOnlyWhileParkedAndWithinItsCa
   EXPECT_GE(second, 0.25);
   EXPECT_LE(second, 0.35);
   EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 2);
+}
+
+// A consumer that keeps only the daemon awake (OpenOptions::daemon_awake):
+// the daemon's session thread polls while the Open is parked, as for
+// `awake`, and the consumer's own thread sleeps; it is answered at the seal
+// all the same. Negative, or without `wait`, it is refused.
+TEST(ClientWaits, AWaitCanKeepOnlyTheDaemonAwake) {
+  Daemon daemon({"--max-wait-awake-us", "300000"});
+  ASSERT_TRUE(daemon.ok());
+  auto consumer = Client::connect(daemon.socket_dir());
+  OpenOptions o;
+  o.wait = true;
+  o.timeout = 20s;
+  o.daemon_awake = 2s;  // capped by the daemon at 300 ms
+  double waiter_cpu = -1;
+  std::atomic<bool> opened{false};
+  std::thread waiter([&] {
+    timespec t0{}, t1{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    Buffer b = consumer.open("daemon.awake.frame", o);
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    waiter_cpu = static_cast<double>(t1.tv_sec - t0.tv_sec) +
+                 static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    EXPECT_EQ(b.info().state, BufferState::kSealed);
+    EXPECT_EQ(b.size(), 8192u);
+    opened = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") >= 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
+  // The daemon polls for the waiter meanwhile.
+  const double daemon_before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_GE(CpuSeconds(daemon.pid()) - daemon_before, 0.1) << "the daemon slept through the wait";
+  Helper producer(daemon.socket_dir());
+  producer.Ok("alloc p 8192 name=daemon.awake.frame");
+  producer.Ok("seal p");
+  waiter.join();
+  EXPECT_TRUE(opened);
+  // It waited over 200 ms, and spent on its CPU about what one call costs.
+  EXPECT_GE(waiter_cpu, 0);
+  EXPECT_LT(waiter_cpu, 0.05) << "the consumer's thread polled";
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_seconds_total") >= 0.19; }));
+  EXPECT_LE(daemon.Metric("gpubroker_session_awake_seconds_total"), 0.35);
+
+  OpenOptions negative = o;
+  negative.daemon_awake = -1us;
+  EXPECT_THROW(consumer.open("daemon.awake.frame", negative), InvalidArgumentError);
+  OpenOptions no_wait;
+  no_wait.daemon_awake = 1ms;
+  EXPECT_THROW(consumer.open("daemon.awake.frame", no_wait), InvalidArgumentError);
+  EXPECT_EQ(daemon.Metric("gpubroker_session_awake_waits_total"), 1);
 }
 
 // An operator who will not lend the daemon's CPU to waiting consumers sets

@@ -207,6 +207,31 @@ def test_a_consumer_that_asked_first_can_wait_for_the_seal_awake(daemon, client)
     other.close()
 
 
+def test_a_wait_can_keep_only_the_daemon_awake(daemon, client):
+    import threading
+
+    other = gpubroker.connect(client.status().socket_dir)
+    with pytest.raises(gpubroker.InvalidArgument, match="daemon_awake"):
+        other.open("daemon.awake", wait=True, daemon_awake=-1)
+    with pytest.raises(gpubroker.InvalidArgument, match="wait"):
+        other.open("daemon.awake", daemon_awake=0.001)
+    got = []
+    waiter = threading.Thread(
+        target=lambda: got.append(other.open("daemon.awake", wait=True, timeout=20,
+                                             daemon_awake=1.0)))  # fmt: skip
+    waiter.start()
+    assert eventually(lambda: daemon.metric("gpubroker_session_awake_waits_total") == 1)
+    buf = client.allocate(shape=(16,), dtype="int32", name="daemon.awake")
+    buf.as_numpy()[:] = 5
+    buf.seal()
+    waiter.join(30)
+    assert got and got[0].is_sealed
+    assert int(got[0].as_numpy()[15]) == 5
+    got[0].release()
+    buf.release()
+    other.close()
+
+
 def test_a_posted_seal_that_the_daemon_refuses_is_raised_at_the_next_call(client):
     first = client.allocate(64, name="posted.taken")
     first.seal()

@@ -139,6 +139,12 @@ typedef struct gpubroker_open_options {
    *  the daemon meanwhile. 0: both sleep; < 0, or > 0 without `wait`:
    *  GPUBROKER_INVALID_ARGUMENT. See OpenOptions::awake. */
   int64_t awake_us;
+  /** With `wait`: µs the daemon's session thread polls while this wait is
+   *  parked, while the caller sleeps (woken early by the producer's seal
+   *  where the tenant has a wake board): one CPU, the daemon's, instead of
+   *  the two that awake_us costs. 0: as awake_us says; < 0, or > 0 without
+   *  `wait`: GPUBROKER_INVALID_ARGUMENT. See OpenOptions::daemon_awake. */
+  int64_t daemon_awake_us;
 } gpubroker_open_options_t;
 
 /** @brief Options of gpubroker_connect_with. Initialize with gpubroker_connect_options_init. */

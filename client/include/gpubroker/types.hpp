@@ -160,6 +160,15 @@ struct OpenOptions {
   /// one in the daemon for as long as it lasts; 0: both sleep (the
   /// connection's `spin` still applies).
   std::chrono::microseconds awake{0};
+  /// With `wait`: how long the daemon's session thread polls while this
+  /// Open is parked, counted from the call (up to --max-wait-awake-us), while
+  /// this thread sleeps as usual. Where the tenant has a wake board, the
+  /// producer's seal wakes this thread before the daemon has answered, so
+  /// its wake-up is off the path and the seal finds the daemon running: the
+  /// latency of `awake` for one CPU (the daemon's) instead of two, and none
+  /// in this process (docs/fast-path.md, "Waiting awake for a seal"). The
+  /// daemon polls for the longer of the two; 0: as `awake` says.
+  std::chrono::microseconds daemon_awake{0};
 };
 
 /// @brief Options of Client::connect.

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _dtypes, _fork, _lib, _tickets
-from ._buffer import Buffer, _no_tickets
+from ._buffer import Buffer, _no_tickets, _too_old
 from ._errors import Closed, ForkError, InvalidArgument
 
 
@@ -151,6 +151,9 @@ def _us(value: Union[float, timedelta], what: str) -> int:
 # reads them. Bounded: cleared when full (a call in flight holds its own).
 _TENSOR_OPTIONS: Dict[Any, Tuple[int, Any]] = {}
 _CACHE_MAX = 256
+# The end of daemon_awake_us in gpubroker_open_options_t: a library whose
+# options end before it (its struct_size) does not read it.
+_DAEMON_AWAKE_END = _lib.OpenOptions.daemon_awake_us.offset + 8
 
 
 def _tensor_options(lib: Any, shape: Any, dtype: Any, strides: Any, byte_offset: int,
@@ -194,13 +197,13 @@ def _tensor_options(lib: Any, shape: Any, dtype: Any, strides: Any, byte_offset:
     return found
 
 
-_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool, bool, int], Any] = {}
+_OPEN_OPTIONS: Dict[Tuple[bool, Optional[int], bool, bool, int, int], Any] = {}
 
 
 def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unsealed: bool,
-                  posted: bool = False, awake_us: int = 0) -> Any:  # fmt: skip
+                  posted: bool = False, awake_us: int = 0, daemon_awake_us: int = 0) -> Any:  # fmt: skip
     """The open options for these values, made once: the C call only reads them."""
-    key = (wait, timeout_ms, allow_unsealed, posted, awake_us)
+    key = (wait, timeout_ms, allow_unsealed, posted, awake_us, daemon_awake_us)
     o = _OPEN_OPTIONS.get(key)
     if o is None:
         o = _lib.OpenOptions.from_buffer_copy(lib.open_defaults)
@@ -210,6 +213,7 @@ def _open_options(lib: Any, wait: bool, timeout_ms: Optional[int], allow_unseale
         o.allow_unsealed = 1 if allow_unsealed else 0
         o.posted = 1 if posted else 0
         o.awake_us = awake_us
+        o.daemon_awake_us = daemon_awake_us
         if len(_OPEN_OPTIONS) >= _CACHE_MAX:
             _OPEN_OPTIONS.clear()
         _OPEN_OPTIONS[key] = o
@@ -393,6 +397,7 @@ class Client:
         allow_unsealed: bool = False,
         posted: bool = False,
         awake: Union[None, float, timedelta] = None,
+        daemon_awake: Union[None, float, timedelta] = None,
     ) -> Buffer:
         """Opens a buffer by name (``tenant/name`` for another tenant's share)
         or id, with a lease of its own.
@@ -407,6 +412,12 @@ class Client:
         this consumer without two wake-ups of sleeping threads. Costs a CPU
         here and one in the daemon for as long as it lasts.
 
+        `daemon_awake` (with `wait`): seconds the daemon's session thread
+        polls while this wait is parked, while this process sleeps; where
+        its tenant has a wake board the producer's seal wakes it before the
+        daemon answers, so the seal reaches it about as fast as with `awake`
+        for one CPU (the daemon's) and none here.
+
         `posted`: return at once, without waiting for the daemon's answer,
         as ``claim(posted=True)`` does; the Buffer takes the answer in at its
         first use (an attribute, an array, DLPack, ``wait_ready()``,
@@ -417,10 +428,15 @@ class Client:
         """
         lib = self._lib
         o = None  # NULL: the defaults (no wait)
-        if wait or timeout is not None or allow_unsealed or posted or awake is not None:
+        if (wait or timeout is not None or allow_unsealed or posted or awake is not None
+                or daemon_awake is not None):
             awake_us = 0 if awake is None else _us(awake, "awake")
+            daemon_awake_us = 0 if daemon_awake is None else _us(daemon_awake, "daemon_awake")
+            if daemon_awake_us and lib.open_defaults.struct_size < _DAEMON_AWAKE_END:
+                raise _too_old(lib, "cannot keep the daemon awake for a wait (daemon_awake_us)")
             o = _open_options(lib, bool(wait), None if timeout is None else _ms(timeout, "timeout"),
-                              bool(allow_unsealed), bool(posted), awake_us)  # fmt: skip
+                              bool(allow_unsealed), bool(posted), awake_us,
+                              daemon_awake_us)  # fmt: skip
         out = c_void_p()
         h = self._enter()
         try:

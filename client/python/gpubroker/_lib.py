@@ -72,6 +72,7 @@ class OpenOptions(Structure):
         ("allow_unsealed", c_int),
         ("posted", c_int),
         ("awake_us", c_int64),
+        ("daemon_awake_us", c_int64),
     ]
 
 

@@ -34,6 +34,7 @@ def consumer(socket_dir: Optional[str] = None) -> List[str]:
     client = gpubroker.connect(socket_dir)
     try:
         buf = client.open("x", wait=True, timeout=1.5, awake=0.005)
+        buf = client.open("x", wait=True, daemon_awake=timedelta(milliseconds=5))
         early = client.open(7, posted=True, allow_unsealed=True)
         early.wait_sealed(timeout=timedelta(seconds=1), awake=0.001)
         device: Tuple[int, int] = buf.__dlpack_device__()
