@@ -40,6 +40,7 @@ SEAL, SEAL_POSTED, SEAL_AWAKE, SEAL_DAEMON_AWAKE, OPENED, WAITED, SYNCED, PING, 
     10, 12, 13, 14, 20, 21, 22, 30, 31)
 # common/trace.h
 DECODED, SERVED, PARKED_ANSWER, ANSWER_TAKEN, MAPPED = 100, 101, 102, 110, 111
+PUBLISH_BEGUN, PUBLISH_LOCKED, PUBLISH_STORED = 103, 104, 105
 # A call that waited this long (µs) or longer was parked (an Open that waits).
 PARKED_US = 1500
 
@@ -194,6 +195,22 @@ def seal_wait(processes, code, show=None):
             add("  of which: the frame decoded", steps[1].end - frame.end)
             add("  of which: the Publish served (registry, parked Open answered)",
                 steps[2].end - steps[1].end)
+            inside = [steps[1]]
+            for code in (PUBLISH_BEGUN, PUBLISH_LOCKED, PUBLISH_STORED):
+                m = first(dmn, inside[-1].end, lambda r, c=code: r.op == "mark" and r.fd == c
+                          and r.tid == frame.tid)
+                if m is None or m.end > steps[2].end:
+                    break
+                inside.append(m)
+            if len(inside) == 4:
+                add("    of which: to the registry (dispatch, the call's params)",
+                    inside[1].end - inside[0].end)
+                add("    of which: the lock, the session and the range found",
+                    inside[2].end - inside[1].end)
+                add("    of which: named, counted, carved, stored, leased",
+                    inside[3].end - inside[2].end)
+                add("    of which: the parked Open's grant, and back",
+                    steps[2].end - inside[3].end)
             add("  of which: to the parked answer's frame", steps[3].end - steps[2].end)
             add("  of which: encoding it", answer.start - steps[3].end)
         add("daemon: its send call to B (waking B)", answer.end - answer.start)

@@ -14,8 +14,14 @@ enum class TraceMark : int {
   kDaemonFrameDecoded = 100,  ///< session.sock's thread has a whole frame
   kDaemonCallServed = 101,    ///< ... and served its call (the registry's work)
   kDaemonParkedAnswer = 102,  ///< ... and is about to write and send a parked Open's answer
-  kClientAnswerTaken = 110,   ///< a client has its call's answer, parsed
-  kClientMapped = 111,        ///< ... and the buffer mapped
+  // Within a Publish (Registry::Publish), between kDaemonFrameDecoded and
+  // kDaemonCallServed: where a cold one spends its time.
+  kDaemonPublishBegun = 103,   ///< its checks done, about to take the registry's lock
+  kDaemonPublishLocked = 104,  ///< ... the lock taken, the session and the range found
+  kDaemonPublishStored =
+      105,                   ///< ... the buffer carved, named, stored and leased; next, the waiters
+  kClientAnswerTaken = 110,  ///< a client has its call's answer, parsed
+  kClientMapped = 111,       ///< ... and the buffer mapped
 };
 
 /// Records `code` in the timeline, if the library is loaded (it is looked

@@ -8,6 +8,7 @@
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "common/trace.h"
 #include "daemon/core/registry.h"
 #include "daemon/core/registry_internal.h"
 #include "daemon/core/tensor.h"
@@ -121,6 +122,7 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
   if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(ValidateName(p.name));
   if (p.tensor) GPUBROKER_RETURN_IF_ERROR(ValidateTensor(*p.tensor, p.size));
   Answers answers;  // the Opens parked on its name: delivered after the unlock
+  Trace(TraceMark::kDaemonPublishBegun);
   absl::MutexLock lock(&mu_);
   GPUBROKER_ASSIGN_OR_RETURN(Session * s, LiveSession(session_id));
   auto r = ranges_.find(p.range);
@@ -128,6 +130,7 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
     return absl::NotFoundError(StrCat("this session holds no range ", p.range));
   }
   Range& range = r->second;
+  Trace(TraceMark::kDaemonPublishLocked);
   if (!p.name.empty()) GPUBROKER_RETURN_IF_ERROR(names_.Hold(range.tenant, p.name));
   if (absl::Status counted = books_.BufferPublished(range.tenant); !counted.ok()) {
     if (!p.name.empty()) names_.Drop(range.tenant, p.name);
@@ -166,6 +169,7 @@ absl::StatusOr<BufferGrant> Registry::Publish(SessionId session_id, const Publis
   s->owned.insert(id);
   GrantLease(*s, stored);
   BufferGrant grant{stored.view, stored.memory->import_info()};
+  Trace(TraceMark::kDaemonPublishStored);
   // Publish and seal in one frame: the Opens waiting for this name are
   // answered by this same thread (the session socket's, for a Publish there).
   Wake(id, answers);
