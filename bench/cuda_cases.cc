@@ -999,6 +999,9 @@ int RunCuda(const Options& o) {
   // two wake-ups, paid for with a CPU in B and one in the daemon meanwhile.
   seal_wait_awake.total->baseline = "2 x round trip after 2 ms idle (want <= 1x)";
   seal_wait_awake.total->baseline_us = 2 * cold_ping.p50();
+  // ... and the daemon alone awake: one CPU, B asleep.
+  seal_wait_daemon_awake.total->baseline = "2 x round trip after 2 ms idle (want <= 1x)";
+  seal_wait_daemon_awake.total->baseline_us = 2 * cold_ping.p50();
   for (const SizeRows& r : by_size) {
     if (torch_rows.count(r.size) != 0) {
       r.share.total->baseline = "torch.mp (want <= 0.2x)";
