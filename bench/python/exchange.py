@@ -29,7 +29,8 @@ now = time.perf_counter_ns
 # A channel waits in a blocking call before A starts: long enough for B to be in it.
 PARK_S = 0.002
 # How long B's open(wait=True, awake=...) stays awake in the case that asks
-# it: longer than PARK_S, so that A's seal comes within it.
+# it (or keeps the daemon awake, daemon_awake=...): longer than PARK_S, so
+# that A's seal comes within it.
 WAIT_AWAKE_S = 0.005
 
 
@@ -181,6 +182,8 @@ CASES = {
     "broker-wait-cupy": ("gpubroker {a} -> {cupy}, B waits in open(wait=True)", "cupy", "wait"),
     "broker-waitawake-cupy": ("gpubroker {a} -> {cupy}, B waits awake in open(wait=True, "
                               "awake=5 ms), posted seal", "cupy", "wait"),
+    "broker-waitdaemon-cupy": ("gpubroker {a} -> {cupy}, B asleep in open(wait=True, "
+                               "daemon_awake=5 ms), posted seal", "cupy", "wait"),
     "broker-ticket-cupy": ("gpubroker {a} -> {cupy}, the Buffer pickled into the message (ticket)",
                            "cupy", "pipe"),
     "tmp-pipe-cupy": ("torch.multiprocessing (Pipe) torch -> {cupy}", "cupy", "pipe"),
@@ -202,6 +205,7 @@ ISSUE_WINDOW = {
     "broker-postedopen-cupy": ("A: allocate", "A: wrap", "A: seal", "B: open", "B: wrap"),
     "broker-wait-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
     "broker-waitawake-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
+    "broker-waitdaemon-cupy": ("A: allocate", "A: wrap", "wake-up:", "B: wrap"),
     "broker-ticket-cupy": ("A: allocate", "A: wrap", "A: seal", "A: pickle", "B: unpickle",
                            "B: wrap"),
     "tmp-pipe-cupy": ("A: allocate", "A: pickle", "B: unpickle", "B: wrap"),
@@ -287,7 +291,9 @@ def child(conn: Any, inbox: Any, outbox: Any, socket_dir: str, gpu: bool, kinds:
         elif CASES[case][2] == "wait":  # B waits in the broker
             conn.send("parked")
             buf = client.open(msg[2], wait=True, timeout=30,
-                              awake=WAIT_AWAKE_S if case == "broker-waitawake-cupy" else None)
+                              awake=WAIT_AWAKE_S if case == "broker-waitawake-cupy" else None,
+                              daemon_awake=(WAIT_AWAKE_S if case == "broker-waitdaemon-cupy"
+                                            else None))  # fmt: skip
             t_open = now()
             a = fw.wrap(buf)
             t_wrap = now()
@@ -404,7 +410,8 @@ class Run:
         m: List[Tuple[str, int]] = []
         waits = CASES[case][2] == "wait"  # B waits in the broker
         if case in ("broker-cupy", "broker-torch", "broker-wait-cupy", "broker-posted-cupy",
-                    "broker-postedopen-cupy", "broker-waitawake-cupy"):  # fmt: skip
+                    "broker-postedopen-cupy", "broker-waitawake-cupy",
+                    "broker-waitdaemon-cupy"):  # fmt: skip
             if waits:
                 self._park((case, i, name))
             t0 = now()
@@ -413,7 +420,8 @@ class Run:
             x = p.wrap(buf)  # what the producer would fill
             t2 = now()
             buf.seal(p.stream, posted=case in ("broker-posted-cupy", "broker-postedopen-cupy",
-                                               "broker-waitawake-cupy"))  # fmt: skip
+                                               "broker-waitawake-cupy",
+                                               "broker-waitdaemon-cupy"))  # fmt: skip
             t3 = now()
             if not waits:
                 self._send((case, i, name))
@@ -562,6 +570,7 @@ _B_STEPS["broker-torch"] = _B_STEPS["broker-cupy"]
 _B_STEPS["broker-posted-cupy"] = _B_STEPS["broker-cupy"]
 _B_STEPS["broker-postedopen-cupy"] = _B_STEPS["broker-cupy"]
 _B_STEPS["broker-waitawake-cupy"] = _B_STEPS["broker-wait-cupy"]
+_B_STEPS["broker-waitdaemon-cupy"] = _B_STEPS["broker-wait-cupy"]
 _ANSWER = {"pipe": "answer: B's send until A has it",
            "wait": "answer: B's send until A has it",
            "queue": "answer: B's put until A's get returns"}  # fmt: skip

@@ -198,6 +198,8 @@ COMPARISONS = [
      "torch -> {cupy}, B waiting in the broker, against torch.mp (Pipe) -> {cupy}"),
     ("broker-waitawake-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, B waiting awake in the broker, posted seal, against torch.mp (Pipe) -> {cupy}"),
+    ("broker-waitdaemon-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, B asleep in the broker, the daemon awake, posted seal, against torch.mp (Pipe) -> {cupy}"),
     ("broker-posted-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, posted seal, the same channel (Pipe) and consumer work"),
     ("broker-postedopen-cupy", "tmp-pipe-cupy",
@@ -215,6 +217,8 @@ ISSUE_COMPARISONS = [
     ("broker-wait-cupy", "tmp-pipe-cupy", "torch -> {cupy}, B waiting in the broker, issue #12's steps"),
     ("broker-waitawake-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, B waiting awake in the broker, posted seal, issue #12's steps"),
+    ("broker-waitdaemon-cupy", "tmp-pipe-cupy",
+     "torch -> {cupy}, B asleep in the broker, the daemon awake, posted seal, issue #12's steps"),
     ("broker-posted-cupy", "tmp-pipe-cupy", "torch -> {cupy}, posted seal, issue #12's steps"),
     ("broker-postedopen-cupy", "tmp-pipe-cupy",
      "torch -> {cupy}, posted seal and open, issue #12's steps"),
@@ -238,7 +242,11 @@ TARGETS = [("broker-cupy vs tmp-pipe-cupy", "the full window, the same Pipe"),
            ("broker-waitawake-cupy vs tmp-pipe-cupy",
             "the full window, B waiting awake in the broker, posted seal"),
            ("issue: broker-waitawake-cupy vs tmp-pipe-cupy",
-            "issue #12's steps, B waiting awake in the broker, posted seal")]  # fmt: skip
+            "issue #12's steps, B waiting awake in the broker, posted seal"),
+           ("broker-waitdaemon-cupy vs tmp-pipe-cupy",
+            "the full window, B asleep in the broker, the daemon awake, posted seal"),
+           ("issue: broker-waitdaemon-cupy vs tmp-pipe-cupy",
+            "issue #12's steps, B asleep in the broker, the daemon awake, posted seal")]  # fmt: skip
 
 
 def ratios(gpu: bool, producer: str, by_size: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
@@ -325,7 +333,8 @@ def handover(backend: str, sizes: List[int], args: argparse.Namespace, awake: bo
 
 # What the busy-poll comparison reports: issue #12's steps of these cases,
 # and their ratio to torch.multiprocessing's where torch is there.
-AB_CASES = ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-waitawake-cupy")
+AB_CASES = ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-waitawake-cupy",
+            "broker-waitdaemon-cupy")
 
 
 def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,

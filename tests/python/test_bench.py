@@ -28,7 +28,8 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
 
     cases = report["handover"]["host"]["sizes"]["1 MiB"]
     expected = {"broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
-                "broker-waitawake-cupy", "broker-ticket-cupy", "pipe-ping", "copy"}
+                "broker-waitawake-cupy", "broker-waitdaemon-cupy", "broker-ticket-cupy", "pipe-ping",
+                "copy"}
     if importlib.util.find_spec("torch") is not None:
         expected |= {"broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch", "tmp-queue-torch",
                      "queue-ping"}  # fmt: skip
@@ -42,7 +43,7 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     # B releases (or drops) after its answer, outside the timed window, in
     # the broker's cases as in torch.multiprocessing's.
     for name in ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
-                 "broker-waitawake-cupy", "broker-ticket-cupy"):
+                 "broker-waitawake-cupy", "broker-waitdaemon-cupy", "broker-ticket-cupy"):
         steps = [s["case"] for s in cases[name]["steps"]]
         after = [s["case"] for s in cases[name]["after"]]
         assert not any("release" in s for s in steps), steps
@@ -60,7 +61,7 @@ def test_handover_breakdown_adds_up_and_keeps_releases_out_of_the_window(tmp_pat
     # Issue #12's definition of the hand-over, on both sides: a part of the
     # full window, made of the steps it names and nothing else.
     for name in ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "broker-wait-cupy",
-                 "broker-waitawake-cupy", "broker-ticket-cupy", "copy") + (
+                 "broker-waitawake-cupy", "broker-waitdaemon-cupy", "broker-ticket-cupy", "copy") + (
             ("broker-torch", "tmp-pipe-cupy", "tmp-pipe-torch") if "tmp-pipe-cupy" in cases else ()):
         c = cases[name]
         assert 0 < c["issue_window"]["p50_us"] < c["total"]["p50_us"], (name, c)
@@ -108,7 +109,7 @@ def test_the_busy_poll_comparison_takes_turns_and_reports_every_round(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     ab = json.loads(out.read_text())["busy_poll"]["host"]["1 MiB"]
     assert set(ab) == {"broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy",
-                       "broker-waitawake-cupy"}  # fmt: skip
+                       "broker-waitawake-cupy", "broker-waitdaemon-cupy"}  # fmt: skip
     for case, by_value in ab.items():
         assert set(by_value) == {"0", "300"}, case
         for v in by_value.values():
