@@ -80,6 +80,7 @@ int ServeOpen(const std::string& socket_dir, int fd) {
     }
     OpenOptions oo;
     oo.allow_unsealed = (id & kUnsealed) != 0;
+    const bool waits = id == kWaitByName || id == kWaitDaemonAwake;
     Buffer b;
     if (id == kByTicket) {
       uint32_t n = 0;
@@ -90,7 +91,7 @@ int ServeOpen(const std::string& socket_dir, int fd) {
       }
       b = client.claim_posted(std::string_view(ticket, n));  // answered at data()
       if (b.data() == nullptr) b.settle();                   // throws the refusal
-    } else if (id == kByName || id == kWaitByName || id == kWaitDaemonAwake) {
+    } else if (id == kByName || waits) {
       uint32_t n = 0;
       char name[256];
       if (::read(fd, &n, sizeof(n)) != sizeof(n) || n >= sizeof(name) ||
@@ -98,7 +99,7 @@ int ServeOpen(const std::string& socket_dir, int fd) {
         return 1;
       }
       const char about_to_wait = 1;
-      if (id == kWaitByName || id == kWaitDaemonAwake) {
+      if (waits) {
         oo.wait = true;
         if (id == kWaitDaemonAwake) oo.daemon_awake = std::chrono::milliseconds(5);
         if (::write(fd, &about_to_wait, 1) != 1) return 1;
@@ -109,7 +110,7 @@ int ServeOpen(const std::string& socket_dir, int fd) {
     }
     static_cast<volatile char*>(b.data())[0] = 1;
     const char ack = 1;
-    if (id == kWaitByName || id == kWaitDaemonAwake) {
+    if (waits) {
       const uint64_t opened = NowNs();
       Mark(kMarkOpenReturned);
       if (::write(fd, &opened, sizeof(opened)) != sizeof(opened)) return 1;

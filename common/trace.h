@@ -18,10 +18,9 @@ enum class TraceMark : int {
   // kDaemonCallServed: where a cold one spends its time.
   kDaemonPublishBegun = 103,   ///< its checks done, about to take the registry's lock
   kDaemonPublishLocked = 104,  ///< ... the lock taken, the session and the range found
-  kDaemonPublishStored =
-      105,                   ///< ... the buffer carved, named, stored and leased; next, the waiters
-  kClientAnswerTaken = 110,  ///< a client has its call's answer, parsed
-  kClientMapped = 111,       ///< ... and the buffer mapped
+  kDaemonPublishStored = 105,  ///< ... carved, named, stored and leased; next, the waiters
+  kClientAnswerTaken = 110,    ///< a client has its call's answer, parsed
+  kClientMapped = 111,         ///< ... and the buffer mapped
 };
 
 /// Records `code` in the timeline, if the library is loaded (it is looked

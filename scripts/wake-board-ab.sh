@@ -22,11 +22,11 @@ bench=$(command -v gpubroker-bench || echo build/bin/gpubroker-bench)
 ways=${WAYS:-on after off}
 for ((r = 1; r <= rounds; r++)); do
   for way in $ways; do
-    board=1 seal_wake=before poll=100
+    board=1 seal_wake=before poll=()  # poll: the daemon's default but for "awake"
     [ "$way" = off ] && board=0
     [ "$way" = after ] && seal_wake=after
-    [ "$way" = awake ] && poll=5000
-    GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake GPUBROKER_BUSY_POLL_US=$poll \
+    [ "$way" = awake ] && poll=(GPUBROKER_BUSY_POLL_US=5000)
+    env GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake "${poll[@]}" \
       "$bench" --backend "$backend" \
       --cases handover --sizes 64MiB --quick --json-out "$out/round$r-$way.json" \
       >"$out/round$r-$way.txt" 2>"$out/round$r-$way.err"

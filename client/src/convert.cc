@@ -43,8 +43,8 @@ v1::OpenRequest ToOpenRequest(BufferId id, std::string_view name, const OpenOpti
   req.set_wait(options.wait);
   req.set_timeout_ms(static_cast<uint64_t>(options.timeout.count()));
   req.set_allow_unsealed(options.allow_unsealed);
-  if (options.wait && DaemonAwake(options).count() > 0) {
-    req.set_awake_us(static_cast<uint64_t>(DaemonAwake(options).count()));
+  if (const auto awake = DaemonAwake(options); options.wait && awake.count() > 0) {
+    req.set_awake_us(static_cast<uint64_t>(awake.count()));
   }
   return req;
 }
@@ -83,8 +83,8 @@ FlatCallFacts OpenCall(BufferId id, std::string_view name, const OpenOptions& op
   call.wait = options.wait;
   call.timeout_ms = static_cast<uint64_t>(options.timeout.count());
   call.allow_unsealed = options.allow_unsealed;
-  if (options.wait && DaemonAwake(options).count() > 0) {
-    call.awake_us = static_cast<uint64_t>(DaemonAwake(options).count());
+  if (const auto awake = DaemonAwake(options); options.wait && awake.count() > 0) {
+    call.awake_us = static_cast<uint64_t>(awake.count());
   }
   return call;
 }
