@@ -176,6 +176,11 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
   h.Ok("alloc a 8192 name=m");
   h.Ok("seal a");
   h.Ok("open b m");
+  // A call's duration is observed after its answer has gone out, so the
+  // helper can hold the answer before the daemon has counted the call.
+  ASSERT_TRUE(Eventually([&] {
+    return daemon.Metric("gpubroker_session_call_duration_seconds_count{call=\"open\"}") == 1;
+  }));
   const std::string body = HttpGet(daemon.metrics_address(), "/metrics");
   for (const char* family : {"gpubroker_build_info{version=",
                              "gpubroker_sessions ",
