@@ -22,7 +22,8 @@
 // can do no more through it than wake each other.
 //
 // Words [0, kWakeBoardNameWords) belong to names and ids (WakeWordOfName,
-// WakeWordOfId), the rest to sessions (Welcome.wake_word). Each word is a count with a flag in bit
+// WakeWordOfId), the last one to the daemon (kDaemonWord), the rest to
+// sessions (Welcome.wake_word). Each name's or session's word is a count with a flag in bit
 // 0, "someone sleeps on me": a sleeper sets the flag, looks once more at what it waits for, and
 // sleeps while the word holds what it set; a waker that finds the flag set clears it and moves the
 // count in one step, then wakes every sleeper of the word. Sleepers and wakers only ever change the
@@ -43,6 +44,22 @@ namespace gpubroker {
 inline constexpr uint32_t kWakeBoardWords = 1024;
 inline constexpr uint32_t kWakeBoardNameWords = 512;
 inline constexpr size_t kWakeBoardBytes = kWakeBoardWords * sizeof(uint32_t);
+
+/// The daemon's word: what session.sock's thread is doing, written by the
+/// daemon whenever that changes and read by a producer's client as its seal
+/// begins. Nobody sleeps on it. Asleep, the daemon is woken ahead of the
+/// seal's frame (an Ahead frame, while the fence is recorded) and polls for
+/// the frame that follows; polling, it needs no Ahead. Like every word of
+/// the board it is a hint that the tenant's clients can write: a wrong value
+/// costs a wake-up, or an Ahead, never an answer.
+inline constexpr uint32_t kDaemonWord = kWakeBoardWords - 1;
+enum class DaemonState : uint32_t {
+  kAsleep = 0,        // an Ahead frame wakes it, and it then polls (--busy-poll-us)
+  kPolling = 1,       // a frame is read at once: no Ahead
+  kAsleepNoPoll = 2,  // asleep and never polling after a frame: an Ahead would be lost
+};
+/// How many words sessions have: those between the names' and the daemon's.
+inline constexpr uint32_t kWakeBoardSessionWords = kDaemonWord - kWakeBoardNameWords;
 
 /// The word of a buffer's name (the name alone, without "tenant/"): the same
 /// in every process, whatever its build.
@@ -79,6 +96,15 @@ class WakeBoard {
 
   /// The word's value now (a sleeper tells by it what woke it).
   uint32_t Load(uint32_t word) const { return at(word)->load(); }
+
+  /// The daemon's state, as the daemon last wrote it (kDaemonWord).
+  DaemonState daemon_state() const {
+    return static_cast<DaemonState>(at(kDaemonWord)->load(std::memory_order_relaxed));
+  }
+  /// Writes the daemon's state (the daemon only).
+  void set_daemon_state(DaemonState state) const {
+    at(kDaemonWord)->store(static_cast<uint32_t>(state), std::memory_order_relaxed);
+  }
 
   /// A sleeper's first step: says that it is about to sleep on `word` and
   /// returns the value to sleep on. After it, the sleeper looks once more at

@@ -106,11 +106,12 @@ class SessionChannel {
   const v1::Welcome& welcome() const { return welcome_; }
 
   /// A producer's client, about to seal the buffer `name` (`id`; 0: none
-  /// yet): where a consumer sleeps on the name's or the id's word of the
-  /// wake board (common/wake_board.h), wakes it, and the daemon too (an
-  /// Ahead frame), so that both are awake when the seal's frame comes
-  /// instead of waking for it one after the other. Costs a load or two when
-  /// nobody waits; nothing without a board.
+  /// yet): where the board says the daemon sleeps (kDaemonWord), wakes it
+  /// with an Ahead frame, and where a consumer sleeps on the name's or the
+  /// id's word of the wake board (common/wake_board.h), wakes it too, so
+  /// that both are awake when the seal's frame comes instead of waking for
+  /// it one after the other. Costs three loads when nobody sleeps; nothing
+  /// without a board.
   void SealAhead(std::string_view name, uint64_t id);
   /// How many of this session's waits (for a name, or for a seal by id) the
   /// producer's seal woke (ClientStats::seal_wakes).
@@ -284,6 +285,8 @@ class SessionChannel {
   // The words SealAhead is to wake (under send_mu_): at once, or with
   // GPUBROKER_SEAL_WAKE=after once the next frame is sent.
   bool wake_after_frame_ = false;
+  // GPUBROKER_SEAL_AHEAD=sleepers: an Ahead where a consumer sleeps, whatever the daemon does.
+  bool ahead_only_for_sleepers_ = false;
   uint32_t pending_wake_[2] = {kNoWord, kNoWord};
   /// Wakes the pending words and clears them. Under send_mu_.
   void WakePending();

@@ -72,6 +72,12 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   hello.mutable_hello()->set_wake_board(board == nullptr || std::string_view(board) != "0");
   const char* seal_wake = std::getenv("GPUBROKER_SEAL_WAKE");
   wake_after_frame_ = seal_wake != nullptr && std::string_view(seal_wake) == "after";
+  // A seal wakes the daemon ahead of its frame when the board says it is
+  // asleep; GPUBROKER_SEAL_AHEAD=sleepers when a consumer sleeps for the
+  // buffer instead, whatever the daemon does (the earlier way, for
+  // comparing the two).
+  const char* seal_ahead = std::getenv("GPUBROKER_SEAL_AHEAD");
+  ahead_only_for_sleepers_ = seal_ahead != nullptr && std::string_view(seal_ahead) == "sleepers";
   const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));
   // The answer to Hello has no request id: read it here, before anyone else can.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -314,7 +320,14 @@ void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
   const uint32_t words[2] = {name.empty() ? kNoWord : WakeWordOfName(name),
                              id == 0 ? kNoWord : WakeWordOfId(id)};
   auto flagged = [&](uint32_t word) { return word != kNoWord && (board_.Load(word) & 1u) != 0; };
-  if (!flagged(words[0]) && !flagged(words[1])) return;  // nobody sleeps for it
+  const bool sleepers = flagged(words[0]) || flagged(words[1]);
+  // The daemon, when it sleeps: woken now, it comes out of its wait while
+  // the fence is recorded and polls for the seal's frame. A polling daemon
+  // (after a frame, or for a consumer that keeps it awake) needs no Ahead,
+  // and one that never polls would sleep again before the frame came.
+  const DaemonState daemon = board_.daemon_state();
+  const bool ahead = ahead_only_for_sleepers_ ? sleepers : daemon == DaemonState::kAsleep;
+  if (!sleepers && !ahead) return;
   // The daemon first (its wake-up is the longer path: it then serves the
   // seal and writes the answer), then the consumer. A failed send shows on
   // the seal's own frame.
@@ -324,7 +337,8 @@ void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
     return EncodeFrame(frame);
   }();
   std::lock_guard send(send_mu_);
-  (void)SendAll(fd_.get(), kAhead);
+  if (ahead) (void)SendAll(fd_.get(), kAhead);
+  if (!sleepers) return;
   std::copy(std::begin(words), std::end(words), pending_wake_);
   if (!wake_after_frame_) WakePending();
 }

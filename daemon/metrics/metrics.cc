@@ -252,6 +252,14 @@ Metrics::Metrics(const NodeStatusCollector& status)
                     .Register(*registry_);
   session_turns_[0] = &turns.Add({{"thread", "asleep"}});
   session_turns_[1] = &turns.Add({{"thread", "polling"}});
+  aheads_ = &prometheus::BuildCounter()
+                 .Name("gpubroker_session_aheads_total")
+                 .Help(
+                     "Ahead frames on session.sock: a producer's client, finding the daemon "
+                     "asleep on its tenant's wake board, woke session.sock's thread as a seal "
+                     "began, so that the seal's frame found it polling.")
+                 .Register(*registry_)
+                 .Add({});
   by_client_ = &client_allocations_.Add({{"path", "client"}});
   by_session_ = &client_allocations_.Add({{"path", "session"}});
   by_grpc_ = &client_allocations_.Add({{"path", "grpc"}});
@@ -381,6 +389,8 @@ void Metrics::OpenLookedAhead(bool found) { looked_ahead_[found ? 1 : 0]->Increm
 void Metrics::WaitAwakeAsked() { awake_waits_->Increment(); }
 
 void Metrics::WaitedAwake(double seconds) { awake_seconds_->Increment(seconds); }
+
+void Metrics::AheadTaken() { aheads_->Increment(); }
 
 void Metrics::SessionTurns(uint64_t asleep, uint64_t polling) {
   if (asleep != 0) session_turns_[0]->Increment(static_cast<double>(asleep));

@@ -62,6 +62,9 @@ class Metrics {
   /// report: those that found it asleep (each paid its wake-up) and those that
   /// found it polling.
   void SessionTurns(uint64_t asleep, uint64_t polling);
+  /// An Ahead frame: a producer's client woke session.sock's thread ahead
+  /// of a seal's frame.
+  void AheadTaken();
 
   /// A frame that session.sock's thread serves, by what it asks.
   enum class SessionCall {
@@ -113,7 +116,8 @@ class Metrics {
   prometheus::Counter* looked_ahead_[2];  // [found]
   prometheus::Counter* awake_waits_;
   prometheus::Counter* awake_seconds_;
-  prometheus::Counter* session_turns_[2];   // [polling]
+  prometheus::Counter* session_turns_[2];  // [polling]
+  prometheus::Counter* aheads_;
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   prometheus::Histogram* session_calls_[kSessionCalls];
   std::vector<std::pair<std::string, prometheus::Counter*>> allocation_results_;

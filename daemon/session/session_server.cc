@@ -196,6 +196,12 @@ void SessionServer::Loop() {
     const bool awake = busy || for_waits;
     const auto turn_start = now;
     if (!awake) CountTurns();  // about to sleep: off the calls' path
+    // Told to the producers before the thread sleeps: a seal then wakes it
+    // ahead of its frame (SessionChannel::SealAhead).
+    const DaemonState state = awake                            ? DaemonState::kPolling
+                              : options_.busy_poll.count() > 0 ? DaemonState::kAsleep
+                                                               : DaemonState::kAsleepNoPoll;
+    if (state != daemon_state_) SetDaemonState(state);
     const int n =
         ::epoll_wait(epoll_.get(), events, 64, awake ? 0 : static_cast<int>(timeout.count()));
     if (n < 0 && errno != EINTR) {
@@ -255,6 +261,11 @@ void SessionServer::Loop() {
       next_sweep = now + kSweepInterval;
     }
   }
+}
+
+void SessionServer::SetDaemonState(DaemonState state) {
+  daemon_state_ = state;
+  for (const auto& [tenant, entry] : boards_) entry->board.set_daemon_state(state);
 }
 
 void SessionServer::CountTurns() {
@@ -642,6 +653,7 @@ SessionServer::Outcome SessionServer::Serve(Connection& c, const v1::SessionFram
       // Nothing to do: having woken for it, the loop polls for the call
       // that follows (Loop, --busy-poll-us).
       if (c.session == 0) break;
+      metrics_.AheadTaken();
       return Outcome::kKeep;
     default:
       break;
@@ -693,8 +705,7 @@ SessionServer::Outcome SessionServer::OnHello(Connection& c, const v1::Hello& he
       board_fd.reset(::fcntl(board->fd(), F_DUPFD_CLOEXEC, 0));
       if (board_fd) {
         c.board = board;
-        c.wake_word =
-            kWakeBoardNameWords + next_wake_word_++ % (kWakeBoardWords - kWakeBoardNameWords);
+        c.wake_word = kWakeBoardNameWords + next_wake_word_++ % kWakeBoardSessionWords;
         reply.mutable_welcome()->set_wake_word(c.wake_word);
       } else {
         ReleaseBoard(session->tenant);
@@ -718,6 +729,7 @@ const WakeBoard* SessionServer::TakeBoard(const std::string& tenant) {
     }
     auto entry = std::make_unique<TenantBoard>();
     entry->board = std::move(*board);
+    entry->board.set_daemon_state(daemon_state_);
     it = boards_.emplace(tenant, std::move(entry)).first;
   }
   it->second->sessions++;

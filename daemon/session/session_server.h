@@ -262,6 +262,10 @@ class SessionServer {
   };
   std::unordered_map<std::string, std::unique_ptr<TenantBoard>> boards_;
   uint32_t next_wake_word_ = 0;
+  // What the boards say this thread is doing (kDaemonWord), written to
+  // every board when it changes.
+  DaemonState daemon_state_ = DaemonState::kAsleep;
+  void SetDaemonState(DaemonState state);
 };
 
 }  // namespace gpubroker

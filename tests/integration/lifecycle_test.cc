@@ -200,6 +200,7 @@ TEST(Lifecycle, MetricsHaveEveryFamily) {
                              "gpubroker_reclaimed_bytes_total{cause=\"died\"}",
                              "gpubroker_sessions_ended_total{end=\"closed\"}",
                              "gpubroker_sessions_ended_total{end=\"died\"}",
+                             "gpubroker_session_aheads_total ",
                              "gpubroker_client_allocations_total{path=\"client\"} 1",
                              "gpubroker_client_allocations_total{path=\"session\"} 0",
                              "gpubroker_client_maps_total{path=\"mapped\"}",

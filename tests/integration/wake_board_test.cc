@@ -112,7 +112,7 @@ TEST(WakeBoard, ComesOnlyToASessionThatAsksAndCannotBeResized) {
   ASSERT_EQ(fb.size(), 1u);
   for (uint32_t word : {wa.wake_word(), wb.wake_word()}) {
     EXPECT_GE(word, kWakeBoardNameWords);
-    EXPECT_LT(word, kWakeBoardWords);
+    EXPECT_LT(word, kDaemonWord) << "the last word is the daemon's";
   }
   EXPECT_NE(wa.wake_word(), wb.wake_word()) << "each session has a word of its own";
   const struct stat sa = StatOf(fa[0].get());
@@ -429,6 +429,110 @@ TEST(WakeBoard, ANeighbourWakingASleeperWithoutPauseCostsItAFractionOfACpu) {
   // would keep it on a CPU for the whole wait.
   EXPECT_LT(cpu_seconds, 0.5 * wall_seconds)
       << "the sleeper spent " << cpu_seconds << " s of CPU in a wait of " << wall_seconds << " s";
+}
+
+// The board's last word says what the daemon's session thread does:
+// polling for a while after each frame and while a consumer keeps it awake,
+// asleep otherwise; and with no busy poll, asleep in a way that an Ahead
+// frame would not change.
+TEST(WakeBoard, TheDaemonsWordSaysWhetherItPolls) {
+  Daemon daemon({"--max-wait-awake-us", "10000000"});
+  ASSERT_TRUE(daemon.ok());
+  auto raw = ConnectWithBoard(daemon);
+  ASSERT_TRUE(raw);
+  const WakeBoard& board = raw->mapped;
+  EXPECT_TRUE(Eventually([&] { return board.daemon_state() == DaemonState::kAsleep; }));
+
+  auto consumer = Client::connect(daemon.socket_dir());
+  OpenOptions o;
+  o.wait = true;
+  o.timeout = 20s;
+  o.daemon_awake = 20s;
+  std::thread waiter([&] { consumer.open("kept.awake", o); });
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
+  // Polling for as long as the wait lasts, far past the busy poll.
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(board.daemon_state(), DaemonState::kPolling) << "read " << i;
+    std::this_thread::sleep_for(20ms);
+  }
+  auto producer = Client::connect(daemon.socket_dir());
+  AllocateOptions ao;
+  ao.name = "kept.awake";
+  producer.allocate(4096, ao).seal();
+  waiter.join();
+  EXPECT_TRUE(Eventually([&] { return board.daemon_state() == DaemonState::kAsleep; }));
+
+  Daemon never_polls({"--busy-poll-us", "0"});
+  ASSERT_TRUE(never_polls.ok());
+  auto other = ConnectWithBoard(never_polls);
+  ASSERT_TRUE(other);
+  EXPECT_TRUE(
+      Eventually([&] { return other->mapped.daemon_state() == DaemonState::kAsleepNoPoll; }));
+}
+
+// A seal wakes the daemon ahead of its frame (an Ahead frame, counted by
+// gpubroker_session_aheads_total) when the board says the daemon sleeps,
+// whether or not a consumer waits; not when it polls, as it does while a
+// consumer keeps it awake (the seal then wakes only the consumer).
+// GPUBROKER_SEAL_AHEAD=sleepers goes back to an Ahead only for a sleeping
+// consumer.
+TEST(WakeBoard, ASealWakesTheDaemonAheadOnlyWhenItSleeps) {
+  Daemon daemon({"--max-wait-awake-us", "10000000"});
+  ASSERT_TRUE(daemon.ok());
+  auto raw = ConnectWithBoard(daemon);
+  ASSERT_TRUE(raw);
+  const WakeBoard& board = raw->mapped;
+  const std::string aheads = "gpubroker_session_aheads_total";
+  auto producer = Client::connect(daemon.socket_dir());
+  auto asleep = [&] { return board.daemon_state() == DaemonState::kAsleep; };
+  for (int i = 0; i < 3; ++i) {
+    AllocateOptions ao;
+    ao.name = "ahead." + std::to_string(i);
+    Buffer a = producer.allocate(4096, ao);
+    ASSERT_TRUE(Eventually(asleep));
+    a.seal();
+    EXPECT_EQ(daemon.Metric(aheads), i + 1) << "a sleeping daemon is woken ahead";
+    EXPECT_EQ(a.info().state, BufferState::kSealed);
+  }
+
+  // A consumer keeps the daemon polling while it sleeps for a name.
+  auto consumer = Client::connect(daemon.socket_dir());
+  OpenOptions o;
+  o.wait = true;
+  o.timeout = 20s;
+  o.daemon_awake = 20s;
+  std::atomic<int> seen{-1};
+  std::thread waiter([&] {
+    Buffer b = consumer.open("awake.for", o);
+    seen = static_cast<const unsigned char*>(b.data())[9];
+  });
+  ASSERT_TRUE(
+      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
+  ASSERT_TRUE(Eventually([&] { return board.daemon_state() == DaemonState::kPolling; }));
+  std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
+  AllocateOptions other;
+  other.name = "not.awaited";
+  producer.allocate(4096, other).seal();
+  AllocateOptions awaited;
+  awaited.name = "awake.for";
+  Buffer a = producer.allocate(4096, awaited);
+  std::memset(a.data(), 9, a.size());
+  a.seal();
+  waiter.join();
+  EXPECT_EQ(seen, 9);
+  EXPECT_EQ(daemon.Metric(aheads), 3) << "no Ahead to a polling daemon";
+
+  // The earlier way: no Ahead without a sleeping consumer.
+  ::setenv("GPUBROKER_SEAL_AHEAD", "sleepers", 1);
+  auto old_way = Client::connect(daemon.socket_dir());
+  ::unsetenv("GPUBROKER_SEAL_AHEAD");
+  AllocateOptions unawaited;
+  unawaited.name = "nobody.waits";
+  Buffer b = old_way.allocate(4096, unawaited);
+  ASSERT_TRUE(Eventually(asleep));
+  b.seal();
+  EXPECT_EQ(daemon.Metric(aheads), 3);
 }
 
 }  // namespace
