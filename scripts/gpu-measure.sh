@@ -4,7 +4,7 @@
 # gpu-check.sh. In order:
 #   1. the whole CUDA benchmark (--quick; the 40 GiB rows on a GPU of more
 #      than 120 GB);
-#   2. wake-board-ab.sh, ROUNDS rounds (4) of the WAYS ("on off awake");
+#   2. wake-board-ab.sh, ROUNDS rounds (4) of the WAYS ("on sleepers awake");
 #   3. gpu-timeline.sh (the seal + wait cut into hops);
 #   4. gpu-check.sh, with a soak of SOAK_SECONDS (15).
 # Results go to $OUT (default ./gpu-results), the first three steps' again in
@@ -25,7 +25,7 @@ sizes=4KiB,64MiB,1GiB
 timeout 130 gpubroker-bench --backend cuda --cases all --quick --sizes "$sizes" \
   --json-out "$r/bench-all.json" >"$r/bench-all.txt" 2>"$r/bench-all.err"
 echo "the whole benchmark: rc $? at $((SECONDS - started)) s" | tee -a "$r/log"
-OUT=$r/ab WAYS="${WAYS:-on off awake}" timeout 100 bash "$bundle/wake-board-ab.sh" \
+OUT=$r/ab WAYS="${WAYS:-on sleepers awake}" timeout 100 bash "$bundle/wake-board-ab.sh" \
   "${ROUNDS:-4}" >"$r/ab.txt" 2>&1
 echo "wake-board-ab.sh: rc $? at $((SECONDS - started)) s" | tee -a "$r/log"
 OUT=$r timeout 40 bash "$bundle/gpu-timeline.sh" >"$r/timeline-run.txt" 2>&1

@@ -7,7 +7,11 @@
 # first run on a machine that has just started reads high: use six rounds or
 # more. WAYS picks and orders them; a fourth, "awake", is the board on with
 # the daemon kept polling through the idle before each seal
-# (GPUBROKER_BUSY_POLL_US=5000), to tell the daemon's wake-up from the rest.
+# (GPUBROKER_BUSY_POLL_US=5000), to tell the daemon's wake-up from the rest;
+# a fifth, "sleepers", the board on with the producer waking the daemon
+# ahead of a seal only where a consumer sleeps for it
+# (GPUBROKER_SEAL_AHEAD=sleepers, the rule before the daemon's word). The
+# 64 MiB hand-over's p50 and A's seal in it are summed up too.
 #   [WAYS="on after off awake"] scripts/wake-board-ab.sh [ROUNDS] [BACKEND]
 #   (defaults: on after off, 6, cuda)
 # On the GPU machine, from the bundle: source .device-bundle/env.sh first.
@@ -22,11 +26,13 @@ bench=$(command -v gpubroker-bench || echo build/bin/gpubroker-bench)
 ways=${WAYS:-on after off}
 for ((r = 1; r <= rounds; r++)); do
   for way in $ways; do
-    board=1 seal_wake=before poll=()  # poll: the daemon's default but for "awake"
+    board=1 seal_wake=before ahead=daemon poll=()  # poll: the daemon's default but for "awake"
     [ "$way" = off ] && board=0
     [ "$way" = after ] && seal_wake=after
     [ "$way" = awake ] && poll=(GPUBROKER_BUSY_POLL_US=5000)
-    env GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake "${poll[@]}" \
+    [ "$way" = sleepers ] && ahead=sleepers
+    env GPUBROKER_WAKE_BOARD=$board GPUBROKER_SEAL_WAKE=$seal_wake GPUBROKER_SEAL_AHEAD=$ahead \
+      "${poll[@]}" \
       "$bench" --backend "$backend" \
       --cases handover --sizes 64MiB --quick --json-out "$out/round$r-$way.json" \
       >"$out/round$r-$way.txt" 2>"$out/round$r-$way.err"
@@ -57,6 +63,21 @@ for r in range(1, rounds + 1):
         table[way].append(got[way])
     print(f"{r:5d}  " + " ".join(cell(got[w][0]) for w in WAYS) + "   " +
           " ".join(cell(got[w][1]) for w in WAYS))
+HANDOVER = ("broker share 64 MiB: Allocate+seal in A, Open+map+write in B", "  of which A's seal")
+
+
+def handover(path):
+    """The 64 MiB hand-over's p50 and A's seal in it, µs (None where absent)."""
+    by_name = {r["name"]: r["p50_us"] for r in json.load(open(path))["results"]}
+    return [by_name.get(name) for name in HANDOVER]
+
+
+for way in WAYS:
+    got = [handover(f"{out}/round{r}-{way}.json") for r in range(1, rounds + 1)]
+    if all(g[0] is not None and g[1] is not None for g in got):
+        print(f"median, board {way:5s} 64 MiB hand-over: "
+              f"{statistics.median(g[0] for g in got):7.1f} us, of which A's seal "
+              f"{statistics.median(g[1] for g in got):6.1f} us")
 for way in WAYS:
     for i, what in enumerate(("seal + wait", "posted seal")):
         us = statistics.median(x[i][0] for x in table[way])
