@@ -258,18 +258,30 @@ int RunCuda(const Options& o) {
   // `ticket`: the same seal, then a ticket instead of a name, which B claims
   // posted (docs/fast-path.md, "Tickets"); the ticket is made in A's seal row.
   uint64_t posted_serial = 0;
+  // `work`: A works that long between its Allocate and its seal, as a
+  // producer does (the daemon has gone to sleep by the seal); the total is
+  // then timed from the seal.
   auto broker_share = [&](uint64_t size, const HandOverRows& r, bool keep, bool flush = false,
-                          bool posted = false, bool ticket = false) {
+                          bool posted = false, bool ticket = false,
+                          std::chrono::microseconds work = {}) {
     AllocateOptions ao;
     if (posted && !ticket) ao.name = StrCat("bench.posted.", ::getpid(), ".", posted_serial++);
-    const auto t0 = std::chrono::steady_clock::now();
+    auto t0 = std::chrono::steady_clock::now();
     Buffer b = client.allocate(size, ao);
     const double allocate_us = ElapsedUs(t0);
+    if (work.count() > 0) {
+      std::this_thread::sleep_for(work);
+      t0 = std::chrono::steady_clock::now();
+    }
     const auto t1 = std::chrono::steady_clock::now();
+    // bench/timeline.py cuts these seals.
+    const bool marked = !posted && !flush && size == 64 * kMiB;
     if (posted) {
       b.seal_posted(stream);
     } else {
+      if (marked) Mark(work.count() > 0 ? kMarkHandOverSealAfterWork : kMarkHandOverSealStart);
       b.seal(stream);
+      if (marked) Mark(kMarkHandOverSealEnd);
     }
     if (flush) (void)cudaStreamQuery(stream);
     const std::string t = ticket ? b.ticket() : std::string();
@@ -377,6 +389,12 @@ int RunCuda(const Options& o) {
       &add("  variant: a ticket instead of a name (seal_posted + ticket; B claims posted) (total)");
   ticket64.seal = &add("    of which A's seal_posted + ticket");
   ticket64.open = &add("    of which B's claim + map + stream wait (the claim's answer)");
+  HandOverRows work64;
+  work64.total = &add(
+      "  variant: A works 2 ms before its seal, the daemon asleep (seal in A, Open+map+write in "
+      "B)");
+  work64.seal = &add("    of which A's seal");
+  work64.open = &add("    of which B's Open+map");
   HandOverRows flush64;
   flush64.total = &add("  variant: A queries its stream after the seal (total)");
   flush64.write = &add("    of which B's write+sync");
@@ -505,7 +523,7 @@ int RunCuda(const Options& o) {
   // (A to the daemon, the daemon to B).
   Samples& cold_ping = add("A <-> B round trip after 2 ms idle (bare Unix socket)");
   std::mt19937 rng(7);
-  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
   const int n64 = o.iterations;
   for (int i = 0; i < (alone ? 0 : o.warmup + n64); ++i) {
     const bool keep = i >= o.warmup;
@@ -525,7 +543,8 @@ int RunCuda(const Options& o) {
                                           "broker share 64 MiB, posted seal",
                                           "broker share 64 MiB, ticket",
                                           "seal + wait, B awake",
-                                          "seal + wait, the daemon awake for B"};
+                                          "seal + wait, the daemon awake for B",
+                                          "broker share 64 MiB after 2 ms of A's work"};
       watchdog.Step(StrCat("64 MiB iteration ", i, ": ", kCase[c]));
       switch (c) {
         case 0:
@@ -578,6 +597,9 @@ int RunCuda(const Options& o) {
           break;
         case 13:
           seal_and_wait(i, seal_wait_daemon_awake, keep, false, kOpenDaemonAwake);
+          break;
+        case 14:
+          broker_share(64 * kMiB, work64, keep, false, false, false, std::chrono::milliseconds(2));
           break;
         case 8: {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));

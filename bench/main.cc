@@ -137,15 +137,21 @@ Child StartOpenPeer(const std::string& socket_dir) {
 // Allocate in A (here), then (with `seal`) seal; Open + map + write in B;
 // timed until B answers. `posted`: the seal does not wait for the daemon's
 // answer (seal_posted), and B opens by name; `ticket`: the same seal, then a
-// ticket that B claims posted (docs/fast-path.md, "Tickets").
+// ticket that B claims posted (docs/fast-path.md, "Tickets"). `work`: A works
+// that long between its Allocate and its seal, as a producer does (the daemon
+// has gone to sleep by the seal), and the time counts from the seal.
 double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool posted = false,
-                bool ticket = false) {
+                bool ticket = false, std::chrono::microseconds work = {}) {
   static uint64_t serial = 0;
   AllocateOptions ao;
   if (posted && !ticket) ao.name = StrCat("bench.posted.", ::getpid(), ".", serial++);
-  const auto t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   Buffer b = client.allocate(size, ao);
   static_cast<volatile char*>(b.data())[0] = 2;
+  if (work.count() > 0) {
+    std::this_thread::sleep_for(work);
+    t0 = std::chrono::steady_clock::now();
+  }
   char ack = 0;
   bool sent = false;
   if (ticket) {
@@ -155,7 +161,11 @@ double RunShare(Client& client, Child& peer, uint64_t size, bool seal, bool post
     b.seal_posted();
     sent = SendTagged(peer.channel.get(), kByName, ao.name);
   } else {
-    if (seal) b.seal();
+    if (seal) {
+      Mark(work.count() > 0 ? kMarkHandOverSealAfterWork : kMarkHandOverSealStart);
+      b.seal();
+      Mark(kMarkHandOverSealEnd);
+    }
     const BufferId id = seal ? b.id() : (b.publish() | kUnsealed);  // a refusal throws
     sent = ::write(peer.channel.get(), &id, sizeof(id)) == sizeof(id);
   }
@@ -304,13 +314,20 @@ int RunHost(const Options& o) {
                 "bare hand-over",
                 0,
                 {}});
+    Samples& after_work = results.emplace_back(
+        Samples{StrCat("  variant: A works 2 ms before its seal, the daemon asleep (seal in A, "
+                       "Open+map+write in B), ",
+                       s),
+                "bare hand-over",
+                0,
+                {}});
     share.baseline = "bare hand-over";
     const int n = size >= (uint64_t{1} << 30) ? std::max(20, o.iterations / 4) : o.iterations;
     daemon_calls.Mark();
     for (int i = 0; i < o.warmup + n; ++i) {
       const bool keep = i >= o.warmup;
-      for (int k = 0; k < 4; ++k) {
-        switch ((k + i) % 4) {  // each case first in turn
+      for (int k = 0; k < 5; ++k) {
+        switch ((k + i) % 5) {  // each case first in turn
           case 0: {
             const double us = RunShare(client, open_peer, size, true);
             if (keep) share.us.push_back(us);
@@ -326,9 +343,15 @@ int RunHost(const Options& o) {
             if (keep) posted.us.push_back(us);
             break;
           }
-          default: {
+          case 3: {
             const double us = RunShare(client, open_peer, size, true, true, true);
             if (keep) by_ticket.us.push_back(us);
+            break;
+          }
+          default: {
+            const double us =
+                RunShare(client, open_peer, size, true, false, false, std::chrono::milliseconds(2));
+            if (keep) after_work.us.push_back(us);
           }
         }
       }
@@ -336,6 +359,7 @@ int RunHost(const Options& o) {
     share.baseline_us = bare.p50();
     posted.baseline_us = bare.p50();
     by_ticket.baseline_us = bare.p50();
+    after_work.baseline_us = bare.p50();
     const std::string asleep =
         daemon_calls.AddRows(results, StrCat("  the daemon's own time (", s, ") per "));
     std::fprintf(stderr,
@@ -364,8 +388,8 @@ int RunHost(const Options& o) {
     const int n = std::max(20, o.iterations / 10);
     for (int i = 0; i < o.warmup / 10 + n; ++i) {
       const bool keep = i >= o.warmup / 10;
-      for (int k = 0; k < 4; ++k) {
-        switch ((k + i) % 4) {  // each case first in turn
+      for (int k = 0; k < 5; ++k) {
+        switch ((k + i) % 5) {  // each case first in turn
           case 0: {
             const double us = RunSealWait(client, open_peer, false);
             if (keep) confirmed.us.push_back(us);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reads the socket-call timelines that libgpubroker-timeline.so wrote
-(bench/timeline/timeline_preload.c) and cuts gpubroker-bench's seal + wait
-and its idle round trip into hops: who slept, who woke when, who worked how
-long. p50 over the iterations, in microseconds.
+(bench/timeline/timeline_preload.c) and cuts gpubroker-bench's seal + wait,
+its idle round trip and the hand-over's seal into hops: who slept, who woke
+when, who worked how long. p50 over the iterations, in microseconds.
 
     GPUBROKER_TIMELINE_DIR=DIR LD_PRELOAD=build/lib/libgpubroker-timeline.so \\
         gpubroker-bench --backend host --quick
@@ -38,6 +38,7 @@ BOARD_SLEEPS = {"futex_wait", "futex_waitv"}
 # bench/timeline/marks.h
 SEAL, SEAL_POSTED, SEAL_AWAKE, SEAL_DAEMON_AWAKE, OPENED, WAITED, SYNCED, PING, PING_END = (
     10, 12, 13, 14, 20, 21, 22, 30, 31)
+HANDOVER_SEAL, HANDOVER_SEALED, HANDOVER_SEAL_AFTER_WORK = 15, 16, 17
 # common/trace.h
 DECODED, SERVED, PARKED_ANSWER, ANSWER_TAKEN, MAPPED = 100, 101, 102, 110, 111
 PUBLISH_BEGUN, PUBLISH_LOCKED, PUBLISH_STORED = 103, 104, 105
@@ -266,6 +267,55 @@ def board_cut(a, b, start, sent, b_read, done, add):
             add("A: mark -> the seal's frame sent (after Ahead)", seal.end - start.start)
 
 
+def handover_seal(processes, code=HANDOVER_SEAL):
+    """Cuts A's confirmed seal in the hand-over (mark `code` .. 16): whether it
+    woke the daemon ahead of the seal's frame, and whether the daemon was
+    awake by the time the frame went."""
+    daemon = daemon_pid(processes)
+    if daemon is None:
+        return {}
+    dmn = processes[daemon]
+    ends = marks(processes, HANDOVER_SEALED)
+    rows = {}
+
+    def add(key, value):
+        rows.setdefault(key, []).append(value / 1e3)
+
+    for start in marks(processes, code):
+        a = processes[start.pid]
+        end = next((m for m in ends if m.start > start.start and m.pid == start.pid
+                    and m.tid == start.tid), None)
+        if end is None:
+            continue
+        sends = [r for r in a[bisect.bisect_left(a.ends, start.start):]
+                 if r.end <= end.start and r.op in SENDS and r.result > 0 and r.tid == start.tid
+                 and r.start >= start.start]
+        if not sends:
+            continue
+        frame = sends[-1]  # the seal's; an Ahead before it
+        woke = first(dmn, sends[0].start, lambda r: r.op in WAITS and got(r))
+        read = first(dmn, frame.start, lambda r: r.op in READS and got(r))
+        back = last_before(a, end.start, lambda r: r.op in READS and got(r) and r.tid == start.tid)
+        answer = last_before(dmn, back.end, lambda r: r.op in SENDS and r.result > 0) if back \
+            else None
+        if None in (woke, read, back, answer) or answer.start < read.end:
+            continue
+        add("A: an Ahead frame before the seal's (1 = yes)", 1e3 if len(sends) > 1 else 0)
+        add("A: mark -> its first send starts (the Ahead, or the seal's frame)",
+            sends[0].start - start.start)
+        add("A: mark -> the seal's frame sent", frame.end - start.start)
+        add("daemon: slept in epoll_wait (1 = yes)",
+            1e3 if woke.timeout != 0 and woke.start < sends[0].start else 0)
+        add("daemon: A's first send starts -> its epoll_wait returned", woke.end - sends[0].start)
+        add("daemon: awake when the seal's frame was sent (1 = yes)",
+            1e3 if woke.end <= frame.end else 0)
+        add("daemon: the seal's frame sent -> read", read.end - frame.end)
+        add("daemon: read -> its answer to A starts", answer.start - read.end)
+        add("A: the daemon's send starts -> A read the answer", back.end - answer.start)
+        add("total: A's mark -> its seal returned", end.start - start.start)
+    return rows
+
+
 def ping(processes):
     rows = {}
     ends = marks(processes, PING_END)
@@ -380,6 +430,9 @@ def main():
     daemon_awake = seal_wait(processes, SEAL_DAEMON_AWAKE, args.show)
     if daemon_awake:
         report("seal + wait, the daemon awake for B, B asleep (daemon_awake)", daemon_awake)
+    report("the hand-over's confirmed seal, B opening after it", handover_seal(processes))
+    report("the same, A working 2 ms between its Allocate and its seal",
+           handover_seal(processes, HANDOVER_SEAL_AFTER_WORK))
     if not all(cut):
         sys.exit("some cases had no iteration to cut: was this a gpubroker-bench run, "
                  "with the library loaded in every process?")

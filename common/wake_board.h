@@ -58,6 +58,21 @@ enum class DaemonState : uint32_t {
   kPolling = 1,       // a frame is read at once: no Ahead
   kAsleepNoPoll = 2,  // asleep and never polling after a frame: an Ahead would be lost
 };
+/// Whether a producer's seal sends the daemon an Ahead frame before it
+/// records its fence and sends the seal's frame. Only to a daemon that
+/// sleeps and then polls (kAsleep), and only where its wake-up has
+/// something to overlap: a consumer that sleeps for the buffer (woken at
+/// the same time) or a device fence to record (CUDA: 15-20 µs). On the host
+/// backend with nobody waiting, the Ahead would come a microsecond before
+/// the frame and cost a send for nothing. `only_for_sleepers` is the rule
+/// before the daemon's word (GPUBROKER_SEAL_AHEAD=sleepers): an Ahead
+/// whenever a consumer sleeps, whatever the daemon does.
+constexpr bool WantsAhead(DaemonState daemon, bool consumer_sleeps, bool records_fence,
+                          bool only_for_sleepers) {
+  if (only_for_sleepers) return consumer_sleeps;
+  return daemon == DaemonState::kAsleep && (consumer_sleeps || records_fence);
+}
+
 /// How many words sessions have: those between the names' and the daemon's.
 inline constexpr uint32_t kWakeBoardSessionWords = kDaemonWord - kWakeBoardNameWords;
 

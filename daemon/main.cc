@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "common/units.h"
@@ -11,6 +12,7 @@
 #include "daemon/config/options.h"
 #include "daemon/daemon.h"
 #include "daemon/logging.h"
+#include "daemon/util/descriptors.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (parsed->check_config) return CheckConfig(parsed->options);
+  // Before any thread or descriptor of the daemon's own exists.
+  const int inherited = CloseInheritedDescriptors();
 
 #ifdef NDEBUG
   // Abseil's lock-order graph costs microseconds per lock on the hot path;
@@ -64,6 +68,10 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
   SetUpLogging(parsed->options.log_level);
+  if (inherited != 0) {
+    spdlog::info("closed {} descriptors inherited from the process that started gpubrokerd",
+                 inherited < 0 ? std::string("the") : std::to_string(inherited));
+  }
 
   // Signals are taken synchronously by this thread; every other thread is
   // started after this and inherits the mask.

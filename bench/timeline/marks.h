@@ -13,9 +13,14 @@ enum TimelineMark : int {
   kMarkSealPostedStart = 12,       // A, before its posted seal
   kMarkSealAwakeStart = 13,        // A, before its seal of a name B waits for awake
   kMarkSealDaemonAwakeStart = 14,  // ... of a name the daemon polls for, B asleep
-  kMarkOpenReturned = 20,          // B, its Open(wait) returned (answered, mapped)
-  kMarkWaitReturned = 21,          // B, its stream wait call returned (CUDA)
-  kMarkSynced = 22,                // B, its stream synchronized (CUDA)
+  // the hand-over's confirmed seal (64 MiB on the CUDA backend, every size
+  // on the host; B opens after it):
+  kMarkHandOverSealStart = 15,      // A, before its seal
+  kMarkHandOverSealEnd = 16,        // A, its seal returned
+  kMarkHandOverSealAfterWork = 17,  // A, before its seal, 2 ms after its Allocate
+  kMarkOpenReturned = 20,           // B, its Open(wait) returned (answered, mapped)
+  kMarkWaitReturned = 21,           // B, its stream wait call returned (CUDA)
+  kMarkSynced = 22,                 // B, its stream synchronized (CUDA)
   // a round trip on the benchmark's own socket after 2 ms idle:
   kMarkPingStart = 30,  // A, before it sends
   kMarkPingEnd = 31,    // A, the answer in

@@ -226,7 +226,7 @@ void Buffer::Seal(void* stream, bool posted) {
   ThrowRefused();
   // A consumer asleep for this name, and the daemon, wake now, while the
   // fence is recorded and the frame made (common/wake_board.h).
-  impl_->SealAhead(info_.name, info_.id);
+  impl_->SealAhead(info_.name, info_.id, mapping_->device_ordinal() >= 0);
   // Fence first, then the state: a reader that sees SEALED finds the fence recorded.
   const auto fence_start = std::chrono::steady_clock::now();
   mapping_->RecordReady(stream);

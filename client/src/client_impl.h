@@ -106,13 +106,14 @@ class SessionChannel {
   const v1::Welcome& welcome() const { return welcome_; }
 
   /// A producer's client, about to seal the buffer `name` (`id`; 0: none
-  /// yet): where the board says the daemon sleeps (kDaemonWord), wakes it
-  /// with an Ahead frame, and where a consumer sleeps on the name's or the
-  /// id's word of the wake board (common/wake_board.h), wakes it too, so
-  /// that both are awake when the seal's frame comes instead of waking for
-  /// it one after the other. Costs three loads when nobody sleeps; nothing
-  /// without a board.
-  void SealAhead(std::string_view name, uint64_t id);
+  /// yet) and, with `records_fence`, to record a device fence first: where
+  /// a consumer sleeps on the name's or the id's word of the wake board
+  /// (common/wake_board.h), wakes it, and where the board says the daemon
+  /// sleeps (kDaemonWord), wakes it too with an Ahead frame when its
+  /// wake-up has something to overlap (WantsAhead), so that they are awake
+  /// when the seal's frame comes instead of waking for it one after the
+  /// other. Costs three loads when nobody sleeps; nothing without a board.
+  void SealAhead(std::string_view name, uint64_t id, bool records_fence);
   /// How many of this session's waits (for a name, or for a seal by id) the
   /// producer's seal woke (ClientStats::seal_wakes).
   uint64_t seal_wakes() const { return seal_wakes_.load(std::memory_order_relaxed); }
@@ -389,7 +390,9 @@ class ClientImpl {
   /// True when the daemon serves waiting Opens on session.sock.
   bool waits_on_session() const { return session_channel_->welcome().max_waiting_opens() > 0; }
   /// Before the seal of a buffer (SessionChannel::SealAhead).
-  void SealAhead(std::string_view name, uint64_t id) { session_channel_->SealAhead(name, id); }
+  void SealAhead(std::string_view name, uint64_t id, bool records_fence) {
+    session_channel_->SealAhead(name, id, records_fence);
+  }
   /// An Open's answer, mapped nothing yet: on session.sock, or through gRPC
   /// when it waits and the daemon does not park waiting Opens there.
   void AskOpen(BufferId id, std::string_view name, const OpenOptions& options, Grant* grant);

@@ -314,7 +314,7 @@ absl::Status SessionChannel::SleepOnBoard(uint32_t sleep_word, std::chrono::mill
   return absl::OkStatus();
 }
 
-void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
+void SessionChannel::SealAhead(std::string_view name, uint64_t id, bool records_fence) {
   if (!board_.valid()) return;
   // Whoever sleeps for the name, or for the id (a wait_sealed).
   const uint32_t words[2] = {name.empty() ? kNoWord : WakeWordOfName(name),
@@ -322,11 +322,9 @@ void SessionChannel::SealAhead(std::string_view name, uint64_t id) {
   auto flagged = [&](uint32_t word) { return word != kNoWord && (board_.Load(word) & 1u) != 0; };
   const bool sleepers = flagged(words[0]) || flagged(words[1]);
   // The daemon, when it sleeps: woken now, it comes out of its wait while
-  // the fence is recorded and polls for the seal's frame. A polling daemon
-  // (after a frame, or for a consumer that keeps it awake) needs no Ahead,
-  // and one that never polls would sleep again before the frame came.
-  const DaemonState daemon = board_.daemon_state();
-  const bool ahead = ahead_only_for_sleepers_ ? sleepers : daemon == DaemonState::kAsleep;
+  // the fence is recorded and polls for the seal's frame (WantsAhead).
+  const bool ahead =
+      WantsAhead(board_.daemon_state(), sleepers, records_fence, ahead_only_for_sleepers_);
   if (!sleepers && !ahead) return;
   // The daemon first (its wake-up is the longer path: it then serves the
   // seal and writes the answer), then the consumer. A failed send shows on

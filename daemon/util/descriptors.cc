@@ -4,10 +4,14 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <utility>
+#include <vector>
 
 namespace gpubroker {
 
@@ -61,6 +65,28 @@ int CountOpenDescriptors() {
   }
   ::closedir(dir);
   return n - 1;  // the directory's own descriptor
+}
+
+int CloseInheritedDescriptors() {
+  rlimit limit{};
+  const int below =
+      ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < static_cast<rlim_t>(INT_MAX)
+          ? static_cast<int>(limit.rlim_cur)
+          : INT_MAX;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) {
+    if (below > 3) ::close_range(3, static_cast<unsigned>(below - 1), 0);
+    return -1;
+  }
+  std::vector<int> inherited;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd > 2 && fd < below && fd != ::dirfd(dir)) inherited.push_back(fd);
+  }
+  ::closedir(dir);
+  for (int fd : inherited) ::close(fd);
+  return static_cast<int>(inherited.size());
 }
 
 ReserveDescriptor::ReserveDescriptor() : reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}

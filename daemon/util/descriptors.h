@@ -28,6 +28,16 @@ DescriptorLimit RaiseDescriptorLimit();
 /// Descriptors this process holds now (entries of /proc/self/fd); -1 when unknown.
 int CountOpenDescriptors();
 
+/// Closes every descriptor above stderr and below the soft RLIMIT_NOFILE
+/// (what a tool that runs the process keeps above it is its own): the
+/// daemon takes none from whoever started it, and one left open by a
+/// careless parent (a shell's, a supervisor's, a test runner's) would hold
+/// its file, pipe or socket for the daemon's lifetime and count against the
+/// descriptor budget. Call before any other thread or descriptor exists.
+/// Returns how many it closed; -1 when /proc/self/fd could not be read, and
+/// then closes the whole range anyway.
+int CloseInheritedDescriptors();
+
 /// How a batch of accepts ended.
 enum class AcceptEnd {
   kDrained,           // nothing more waiting, or the batch is done

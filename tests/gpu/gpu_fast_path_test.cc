@@ -107,6 +107,34 @@ TEST(GpuFastPath, PublishAndSealInOneFrameAnswersAnOpenParkedInTheDaemon) {
       << "the wait, the publication and the open all went over session.sock";
 }
 
+// A seal on the GPU that finds the daemon asleep wakes it ahead of its
+// frame (an Ahead), so that the daemon's wake-up overlaps the fence's
+// record, even with nobody waiting for the buffer; with the earlier rule
+// (GPUBROKER_SEAL_AHEAD=sleepers) it does not.
+TEST(GpuFastPath, ASealOnTheGpuWakesASleepingDaemonAhead) {
+  SKIP_WITHOUT_GPU();
+  Daemon daemon({"--backend", "cuda", "--small-buffers", "arena"});
+  ASSERT_TRUE(daemon.ok());
+  const std::string aheads = "gpubroker_session_aheads_total";
+  Helper producer(daemon.socket_dir());
+  Helper earlier({"/usr/bin/env", "GPUBROKER_SEAL_AHEAD=sleepers",
+                  BinDir() + "/gpubroker-test-helper", "--socket-dir", daemon.socket_dir()});
+  for (int i = 0; i < 3; ++i) {
+    for (Helper* h : {&producer, &earlier}) {
+      const std::string p = "p" + std::to_string(i);
+      const std::string name = "ahead.gpu." + std::to_string(i) + (h == &producer ? "" : ".old");
+      h->Ok("alloc " + p + " 4194304 name=" + name);
+      h->Ok("fill " + p + " 3");
+      std::this_thread::sleep_for(50ms);  // far past the daemon's busy poll: it sleeps
+      h->Ok("seal " + p);
+    }
+  }
+  EXPECT_EQ(daemon.Metric(aheads), 3) << "one per seal of the producer, none of the other's";
+  Helper consumer(daemon.socket_dir());
+  consumer.Ok("open v ahead.gpu.2");
+  EXPECT_EQ(consumer.Send("check v 3 stream"), "ok");
+}
+
 // A VMM allocation freed by its tenant is kept for the tenant's next buffer
 // of the size: that one is answered on session.sock, and both clients find
 // its mapping in their caches (the same addresses, no import).

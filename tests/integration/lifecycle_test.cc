@@ -153,6 +153,30 @@ TEST(Lifecycle, InvalidOptionsFailAtStartWithAClearMessage) {
   EXPECT_NE(out.find("--socket-dir"), std::string::npos);
 }
 
+// The daemon keeps nothing its parent left open: a descriptor inherited
+// across exec (a shell's redirection here) is closed at start, and the log
+// says so.
+TEST(Lifecycle, DescriptorsInheritedFromTheParentAreClosed) {
+  TempDir dir;
+  const std::string path = dir.path() + "/left-open";
+  std::ofstream(path) << "held";
+  Daemon daemon({}, "", {}, {"/bin/sh", "-c", "exec 7<\"$0\" && exec \"$@\"", path});
+  ASSERT_TRUE(daemon.ok());
+  int looked = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    if (ec) continue;  // closed meanwhile
+    ++looked;
+    EXPECT_NE(target.string(), path) << "descriptor " << entry.path().filename() << " still open";
+  }
+  EXPECT_GT(looked, 3) << "the daemon's own descriptors were read";
+  EXPECT_NE(daemon.log().find("descriptors inherited from the process that started gpubrokerd"),
+            std::string::npos)
+      << daemon.log();
+}
+
 TEST(Lifecycle, HealthIsServingWhileUp) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ok());

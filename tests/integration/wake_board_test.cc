@@ -472,11 +472,12 @@ TEST(WakeBoard, TheDaemonsWordSaysWhetherItPolls) {
 }
 
 // A seal wakes the daemon ahead of its frame (an Ahead frame, counted by
-// gpubroker_session_aheads_total) when the board says the daemon sleeps,
-// whether or not a consumer waits; not when it polls, as it does while a
-// consumer keeps it awake (the seal then wakes only the consumer).
-// GPUBROKER_SEAL_AHEAD=sleepers goes back to an Ahead only for a sleeping
-// consumer.
+// gpubroker_session_aheads_total) when the board says the daemon sleeps and
+// its wake-up has something to overlap: on the host backend, a consumer
+// sleeping for the buffer (a CUDA seal's fence too: WantsAhead). Not when
+// the daemon polls, as it does while a consumer keeps it awake; there the
+// seal wakes only the consumer. GPUBROKER_SEAL_AHEAD=sleepers goes back to
+// an Ahead whenever a consumer sleeps.
 TEST(WakeBoard, ASealWakesTheDaemonAheadOnlyWhenItSleeps) {
   Daemon daemon({"--max-wait-awake-us", "10000000"});
   ASSERT_TRUE(daemon.ok());
@@ -484,55 +485,61 @@ TEST(WakeBoard, ASealWakesTheDaemonAheadOnlyWhenItSleeps) {
   ASSERT_TRUE(raw);
   const WakeBoard& board = raw->mapped;
   const std::string aheads = "gpubroker_session_aheads_total";
-  auto producer = Client::connect(daemon.socket_dir());
   auto asleep = [&] { return board.daemon_state() == DaemonState::kAsleep; };
+  auto producer = Client::connect(daemon.socket_dir());
+  auto consumer = Client::connect(daemon.socket_dir());
+  // Seals `name` while the consumer waits for it; `o` says how it waits.
+  auto seal_awaited = [&](const std::string& name, OpenOptions o, Client& by) {
+    o.wait = true;
+    o.timeout = 20s;
+    std::atomic<int> seen{-1};
+    std::thread waiter([&] {
+      Buffer b = consumer.open(name, o);
+      seen = static_cast<const unsigned char*>(b.data())[9];
+    });
+    AllocateOptions ao;
+    ao.name = name;
+    Buffer a = by.allocate(4096, ao);
+    std::memset(a.data(), 9, a.size());
+    EXPECT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_waiting_opens") == 1; }));
+    if (o.daemon_awake.count() > 0) {
+      EXPECT_TRUE(Eventually([&] { return board.daemon_state() == DaemonState::kPolling; }));
+    } else {
+      EXPECT_TRUE(Eventually(asleep));
+    }
+    std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
+    a.seal();
+    waiter.join();
+    EXPECT_EQ(seen, 9);
+  };
+
+  // Nobody waits, the daemon sleeps: on the host there is nothing to overlap.
   for (int i = 0; i < 3; ++i) {
     AllocateOptions ao;
-    ao.name = "ahead." + std::to_string(i);
+    ao.name = "nobody.waits." + std::to_string(i);
     Buffer a = producer.allocate(4096, ao);
     ASSERT_TRUE(Eventually(asleep));
     a.seal();
-    EXPECT_EQ(daemon.Metric(aheads), i + 1) << "a sleeping daemon is woken ahead";
     EXPECT_EQ(a.info().state, BufferState::kSealed);
   }
+  EXPECT_EQ(daemon.Metric(aheads), 0);
 
-  // A consumer keeps the daemon polling while it sleeps for a name.
-  auto consumer = Client::connect(daemon.socket_dir());
-  OpenOptions o;
-  o.wait = true;
-  o.timeout = 20s;
-  o.daemon_awake = 20s;
-  std::atomic<int> seen{-1};
-  std::thread waiter([&] {
-    Buffer b = consumer.open("awake.for", o);
-    seen = static_cast<const unsigned char*>(b.data())[9];
-  });
-  ASSERT_TRUE(
-      Eventually([&] { return daemon.Metric("gpubroker_session_awake_waits_total") >= 1; }));
-  ASSERT_TRUE(Eventually([&] { return board.daemon_state() == DaemonState::kPolling; }));
-  std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
-  AllocateOptions other;
-  other.name = "not.awaited";
-  producer.allocate(4096, other).seal();
-  AllocateOptions awaited;
-  awaited.name = "awake.for";
-  Buffer a = producer.allocate(4096, awaited);
-  std::memset(a.data(), 9, a.size());
-  a.seal();
-  waiter.join();
-  EXPECT_EQ(seen, 9);
-  EXPECT_EQ(daemon.Metric(aheads), 3) << "no Ahead to a polling daemon";
+  // A consumer sleeps, and so does the daemon: both are woken.
+  seal_awaited("asleep.for", OpenOptions{}, producer);
+  EXPECT_EQ(daemon.Metric(aheads), 1) << "a sleeping daemon is woken ahead";
 
-  // The earlier way: no Ahead without a sleeping consumer.
+  // The consumer keeps the daemon polling: the seal wakes only the consumer.
+  OpenOptions kept;
+  kept.daemon_awake = 20s;
+  seal_awaited("awake.for", kept, producer);
+  EXPECT_EQ(daemon.Metric(aheads), 1) << "no Ahead to a polling daemon";
+
+  // The earlier rule sends one all the same.
   ::setenv("GPUBROKER_SEAL_AHEAD", "sleepers", 1);
   auto old_way = Client::connect(daemon.socket_dir());
   ::unsetenv("GPUBROKER_SEAL_AHEAD");
-  AllocateOptions unawaited;
-  unawaited.name = "nobody.waits";
-  Buffer b = old_way.allocate(4096, unawaited);
-  ASSERT_TRUE(Eventually(asleep));
-  b.seal();
-  EXPECT_EQ(daemon.Metric(aheads), 3);
+  seal_awaited("awake.for.old", kept, old_way);
+  EXPECT_EQ(daemon.Metric(aheads), 2);
 }
 
 }  // namespace

@@ -224,6 +224,28 @@ TEST(WakeBoardWords, ASleepOnTwoWordsEndsWithAWakeOfEither) {
 
 // A second mapping of the same board (another process's, in practice) sees
 // and wakes the same words.
+// A seal wakes the daemon ahead of its frame only where the daemon sleeps
+// and will poll after the Ahead, and its wake-up has something to overlap.
+TEST(WakeBoardWords, ASealWakesTheDaemonAheadOnlyWhereItHelps) {
+  using D = DaemonState;
+  for (bool consumer : {false, true}) {
+    for (bool fence : {false, true}) {
+      EXPECT_EQ(WantsAhead(D::kAsleep, consumer, fence, false), consumer || fence)
+          << consumer << fence;
+      EXPECT_FALSE(WantsAhead(D::kPolling, consumer, fence, false)) << "it reads at once";
+      EXPECT_FALSE(WantsAhead(D::kAsleepNoPoll, consumer, fence, false)) << "it sleeps again";
+      // The earlier rule: whenever a consumer sleeps.
+      for (D d : {D::kAsleep, D::kPolling, D::kAsleepNoPoll}) {
+        EXPECT_EQ(WantsAhead(d, consumer, fence, true), consumer);
+      }
+    }
+  }
+  // A word that holds none of the states (a neighbour wrote it) asks for none.
+  EXPECT_FALSE(WantsAhead(static_cast<D>(7), true, true, false));
+  static_assert(kDaemonWord == kWakeBoardWords - 1 &&
+                kWakeBoardNameWords + kWakeBoardSessionWords == kDaemonWord);
+}
+
 TEST(WakeBoardWords, AnotherMappingSharesTheWords) {
   auto board = WakeBoard::Create();
   ASSERT_TRUE(board.ok());
