@@ -37,7 +37,7 @@ status=$?
 echo "gpu-check.sh: rc $status at $((SECONDS - started)) s" | tee -a "$r/log"
 tar -czf "$out/measure.tar.gz" -C "$r" . 2>/dev/null
 tail -6 "$r/ab/summary.txt" 2>/dev/null
-grep -E "^hand-over [0-9]|seal \+ wait|variant: B waits|variant: the daemon|round trip after|40 ?GiB" \
+grep -E "^hand-over [0-9]|seal \+ wait|variant: B waits|variant: the daemon|variant: A works|round trip after|40 ?GiB" \
   "$r/bench-all.txt" | head -30
 grep -E "^== |PASSED|FAILED|passed|failed|issue #12.s steps|^soak|calls:" "$r/check.txt" | head -40
 exit $status
