@@ -507,7 +507,8 @@ TEST(WakeBoard, ASealWakesTheDaemonAheadOnlyWhenItSleeps) {
     } else {
       EXPECT_TRUE(Eventually(asleep));
     }
-    std::this_thread::sleep_for(20ms);  // past the consumer's spin: asleep
+    // Past the consumer's spin: asleep on its name's word.
+    EXPECT_TRUE(Eventually([&] { return (board.Load(WakeWordOfName(name)) & 1u) != 0; }));
     a.seal();
     waiter.join();
     EXPECT_EQ(seen, 9);
