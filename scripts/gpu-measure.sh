@@ -36,7 +36,7 @@ OUT=$r/check SOAK_SECONDS=${SOAK_SECONDS:-15} timeout $((568 - (SECONDS - starte
 status=$?
 echo "gpu-check.sh: rc $status at $((SECONDS - started)) s" | tee -a "$r/log"
 tar -czf "$out/measure.tar.gz" -C "$r" . 2>/dev/null
-tail -6 "$r/ab/summary.txt" 2>/dev/null
+tail -12 "$r/ab/summary.txt" 2>/dev/null
 grep -E "^hand-over [0-9]|seal \+ wait|variant: B waits|variant: the daemon|variant: A works|round trip after|40 ?GiB" \
   "$r/bench-all.txt" | head -30
 grep -E "^== |PASSED|FAILED|passed|failed|issue #12.s steps|^soak|calls:" "$r/check.txt" | head -40

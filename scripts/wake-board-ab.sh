@@ -11,7 +11,8 @@
 # a fifth, "sleepers", the board on with the producer waking the daemon
 # ahead of a seal only where a consumer sleeps for it
 # (GPUBROKER_SEAL_AHEAD=sleepers, the rule before the daemon's word). The
-# 64 MiB hand-over's p50 and A's seal in it are summed up too.
+# 64 MiB hand-over's p50 and A's seal in it are summed up too, plain and
+# with A working 2 ms before its seal (the daemon asleep by then).
 #   [WAYS="on after off awake"] scripts/wake-board-ab.sh [ROUNDS] [BACKEND]
 #   (defaults: on after off, 6, cuda)
 # On the GPU machine, from the bundle: source .device-bundle/env.sh first.
@@ -63,21 +64,28 @@ for r in range(1, rounds + 1):
         table[way].append(got[way])
     print(f"{r:5d}  " + " ".join(cell(got[w][0]) for w in WAYS) + "   " +
           " ".join(cell(got[w][1]) for w in WAYS))
-HANDOVER = ("broker share 64 MiB: Allocate+seal in A, Open+map+write in B", "  of which A's seal")
+HANDOVER = {
+    "64 MiB hand-over": ("broker share 64 MiB: Allocate+seal in A, Open+map+write in B",
+                         "  of which A's seal"),
+    "the same, A working 2 ms first": (
+        "  variant: A works 2 ms before its seal, the daemon asleep "
+        "(seal in A, Open+map+write in B)", "    of which A's seal"),
+}
 
 
-def handover(path):
-    """The 64 MiB hand-over's p50 and A's seal in it, µs (None where absent)."""
+def handover(path, names):
+    """A hand-over's p50 and A's seal in it, µs (None where absent)."""
     by_name = {r["name"]: r["p50_us"] for r in json.load(open(path))["results"]}
-    return [by_name.get(name) for name in HANDOVER]
+    return [by_name.get(name) for name in names]
 
 
 for way in WAYS:
-    got = [handover(f"{out}/round{r}-{way}.json") for r in range(1, rounds + 1)]
-    if all(g[0] is not None and g[1] is not None for g in got):
-        print(f"median, board {way:5s} 64 MiB hand-over: "
-              f"{statistics.median(g[0] for g in got):7.1f} us, of which A's seal "
-              f"{statistics.median(g[1] for g in got):6.1f} us")
+    for what, names in HANDOVER.items():
+        got = [handover(f"{out}/round{r}-{way}.json", names) for r in range(1, rounds + 1)]
+        if all(g[0] is not None and g[1] is not None for g in got):
+            print(f"median, board {way:5s} {what}: "
+                  f"{statistics.median(g[0] for g in got):7.1f} us, of which A's seal "
+                  f"{statistics.median(g[1] for g in got):6.1f} us")
 for way in WAYS:
     for i, what in enumerate(("seal + wait", "posted seal")):
         us = statistics.median(x[i][0] for x in table[way])
