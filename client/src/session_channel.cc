@@ -73,9 +73,10 @@ SessionChannel::SessionChannel(const std::string& path, const std::string& clien
   const char* seal_wake = std::getenv("GPUBROKER_SEAL_WAKE");
   wake_after_frame_ = seal_wake != nullptr && std::string_view(seal_wake) == "after";
   // A seal wakes the daemon ahead of its frame when the board says it is
-  // asleep; GPUBROKER_SEAL_AHEAD=sleepers when a consumer sleeps for the
-  // buffer instead, whatever the daemon does (the earlier way, for
-  // comparing the two).
+  // asleep and its wake-up has something to overlap (WantsAhead);
+  // GPUBROKER_SEAL_AHEAD=sleepers when a consumer sleeps for the buffer
+  // instead, whatever the daemon does (the earlier way, for comparing the
+  // two).
   const char* seal_ahead = std::getenv("GPUBROKER_SEAL_AHEAD");
   ahead_only_for_sleepers_ = seal_ahead != nullptr && std::string_view(seal_ahead) == "sleepers";
   const absl::Status sent = SendAll(fd_.get(), EncodeFrame(hello));

@@ -56,15 +56,27 @@ AcceptEnd AcceptBatch(int listener, int batch, const std::function<void(UniqueFd
   return AcceptEnd::kDrained;
 }
 
-int CountOpenDescriptors() {
+namespace {
+
+// The descriptors this process holds (entries of /proc/self/fd, less the
+// directory's own); false when /proc/self/fd cannot be read.
+bool OwnDescriptors(std::vector<int>* out) {
   DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int n = 0;
+  if (dir == nullptr) return false;
   while (const dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != ::dirfd(dir)) out->push_back(fd);
   }
   ::closedir(dir);
-  return n - 1;  // the directory's own descriptor
+  return true;
+}
+
+}  // namespace
+
+int CountOpenDescriptors() {
+  std::vector<int> open;
+  return OwnDescriptors(&open) ? static_cast<int>(open.size()) : -1;
 }
 
 int CloseInheritedDescriptors() {
@@ -73,20 +85,18 @@ int CloseInheritedDescriptors() {
       ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < static_cast<rlim_t>(INT_MAX)
           ? static_cast<int>(limit.rlim_cur)
           : INT_MAX;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) {
+  std::vector<int> open;
+  if (!OwnDescriptors(&open)) {
     if (below > 3) ::close_range(3, static_cast<unsigned>(below - 1), 0);
     return -1;
   }
-  std::vector<int> inherited;
-  while (const dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] == '.') continue;
-    const int fd = std::atoi(e->d_name);
-    if (fd > 2 && fd < below && fd != ::dirfd(dir)) inherited.push_back(fd);
+  int closed = 0;
+  for (int fd : open) {
+    if (fd <= 2 || fd >= below) continue;
+    ::close(fd);
+    ++closed;
   }
-  ::closedir(dir);
-  for (int fd : inherited) ::close(fd);
-  return static_cast<int>(inherited.size());
+  return closed;
 }
 
 ReserveDescriptor::ReserveDescriptor() : reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}

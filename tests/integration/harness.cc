@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -443,6 +444,12 @@ std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv,
                                   "--groups=" + group_list, "--"};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
+}
+
+double ThreadCpuSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
 }
 
 double CpuSeconds(pid_t pid) {

@@ -164,6 +164,8 @@ std::vector<std::string> AsUser(uid_t uid, std::vector<std::string> argv,
 
 /// CPU seconds (user + system) a process has used so far; -1 when unknown.
 double CpuSeconds(pid_t pid);
+/// CPU seconds the calling thread has used so far.
+double ThreadCpuSeconds();
 
 /// Descriptors a process holds now; -1 when unknown.
 int OpenDescriptors(pid_t pid);

@@ -2,7 +2,6 @@
 // in the daemon, and holds up none of the client's other calls, from other
 // threads, on the same connection; each wait ends at its own timeout.
 #include <atomic>
-#include <ctime>
 #include <thread>
 
 #include "gpubroker/client.hpp"
@@ -266,12 +265,9 @@ TEST(ClientWaits, AWaitCanKeepOnlyTheDaemonAwake) {
   double waiter_cpu = -1;
   std::atomic<bool> opened{false};
   std::thread waiter([&] {
-    timespec t0{}, t1{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const double cpu_start = ThreadCpuSeconds();
     Buffer b = consumer.open("daemon.awake.frame", o);
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-    waiter_cpu = static_cast<double>(t1.tv_sec - t0.tv_sec) +
-                 static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    waiter_cpu = ThreadCpuSeconds() - cpu_start;
     EXPECT_EQ(b.info().state, BufferState::kSealed);
     EXPECT_EQ(b.size(), 8192u);
     opened = true;

@@ -400,16 +400,14 @@ TEST(WakeBoard, ANeighbourWakingASleeperWithoutPauseCostsItAFractionOfACpu) {
   double cpu_seconds = -1, wall_seconds = 0;
   int seen = -1;
   std::thread waiter([&] {
-    timespec t0{}, t1{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const double cpu_start = ThreadCpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     OpenOptions o;
     o.wait = true;
     o.timeout = 20s;
     Buffer b = consumer.open(name, o);
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    cpu_seconds = ThreadCpuSeconds() - cpu_start;
     wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    cpu_seconds = static_cast<double>(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
     seen = static_cast<const unsigned char*>(b.data())[7];
   });
   std::this_thread::sleep_for(1500ms);
