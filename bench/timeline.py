@@ -132,6 +132,13 @@ def got(r):
     return r.result > 0 and not r.folded
 
 
+class Rows(dict):
+    """A cut's samples by row, in µs, the rows in the order first added."""
+
+    def add(self, key, ns):
+        self.setdefault(key, []).append(ns / 1e3)
+
+
 def seal_wait(processes, code, show=None):
     """Cuts each seal + wait (A's mark `code` .. B's OPENED mark) into hops."""
     daemon = daemon_pid(processes)
@@ -140,10 +147,8 @@ def seal_wait(processes, code, show=None):
         return {}
     dmn = processes[daemon]
     opened = marks(processes, OPENED)
-    rows = {}
-
-    def add(key, value):
-        rows.setdefault(key, []).append(value / 1e3)
+    rows = Rows()
+    add = rows.add
 
     for n, start in enumerate(marks(processes, code)):
         a = processes[start.pid]
@@ -276,10 +281,8 @@ def handover_seal(processes, code=HANDOVER_SEAL):
         return {}
     dmn = processes[daemon]
     ends = marks(processes, HANDOVER_SEALED)
-    rows = {}
-
-    def add(key, value):
-        rows.setdefault(key, []).append(value / 1e3)
+    rows = Rows()
+    add = rows.add
 
     for start in marks(processes, code):
         a = processes[start.pid]
@@ -317,7 +320,7 @@ def handover_seal(processes, code=HANDOVER_SEAL):
 
 
 def ping(processes):
-    rows = {}
+    rows = Rows()
     ends = marks(processes, PING_END)
     peer = next(iter(marks(processes, OPENED)), None)
     for start in marks(processes, PING):
@@ -346,7 +349,7 @@ def ping(processes):
                        ("B: its send call (waking A)", b_sent.end - b_sent.start),
                        ("A: B's send starts -> A read it", back.end - b_sent.start),
                        ("total", end.start - start.start)):
-            rows.setdefault(key, []).append(v / 1e3)
+            rows.add(key, v)
     return rows
 
 
