@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <string>
@@ -23,7 +24,9 @@ class DaemonCalls {
   /// the mean time per call in µs (the histogram gives sums, not samples).
   /// Returns, from the same reading, "N of M": of the turns of session.sock's
   /// thread that served frames since Mark(), those whose frames found it
-  /// asleep (gpubroker_session_turns_total); empty when none were read.
+  /// asleep (gpubroker_session_turns_total), then what the daemon's busy
+  /// poll cost over that time (its CPU seconds polled, and its window now);
+  /// empty when none were read.
   std::string AddRows(std::deque<Samples>& results, const std::string& prefix) const;
 
  private:
@@ -35,6 +38,9 @@ class DaemonCalls {
     std::map<std::string, Total> calls;
     double turns_asleep = 0;
     double turns_polling = 0;
+    double polled_seconds = 0;
+    double window_seconds = 0;
+    std::chrono::steady_clock::time_point at;
   };
   Reading Read() const;
 

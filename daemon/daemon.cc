@@ -279,6 +279,7 @@ absl::Status Daemon::Start() {
   session_options.hello_timeout = std::chrono::milliseconds(options_.hello_timeout_ms);
   session_options.max_sessions_per_uid = options_.max_sessions_per_uid;
   session_options.busy_poll = std::chrono::microseconds(options_.busy_poll_us);
+  session_options.busy_poll_max = std::chrono::microseconds(options_.busy_poll_max_us);
   session_options.max_wait_awake = std::chrono::microseconds(options_.max_wait_awake_us);
   calls_ = std::make_unique<BrokerCalls>(*registry_, *metrics_);
   sessions_ = std::make_unique<SessionServer>(*calls_, *descriptors_, *reserve_, session_options);

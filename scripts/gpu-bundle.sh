@@ -10,7 +10,8 @@ out=${3:-.device-bundle}
 "$bundler" "$out" "$build/bin" "$build/lib" bench/torch_mp_baseline.py \
   bench/torch_alloc_baseline.py bench/gpubroker_ctypes.py bench/plot_latency.py scripts/gpu-run.sh \
   scripts/gpu-run-python.sh scripts/gpu-check.sh scripts/gpu-pin-probe.sh \
-  scripts/gpu-timeline.sh bench/timeline.py scripts/wake-board-ab.sh scripts/gpu-measure.sh
+  scripts/gpu-timeline.sh bench/timeline.py scripts/wake-board-ab.sh scripts/gpu-measure.sh \
+  scripts/busy-poll-ab.sh
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2>/dev/null || true
 # The Python package, its tests, examples and benchmark, laid out as in the
 # repository (the tests find the package's sources relative to themselves).

@@ -45,7 +45,9 @@ from stats import row
 MiB = 1 << 20
 
 
-def start_daemon(backend: str, busy_poll_us: Optional[int] = None):
+def start_daemon(backend: str, busy_poll: Optional[str] = None):
+    """`busy_poll`: the daemon's --busy-poll-us, or "BASE:MAX" with its
+    --busy-poll-max-us too (None: its defaults)."""
     d = tempfile.mkdtemp(prefix="gpubroker-bench-")
     bin_dir = os.environ.get("GPUBROKER_BIN_DIR") or str(
         Path(gpubroker.library_path()).resolve().parent.parent / "bin")
@@ -53,8 +55,9 @@ def start_daemon(backend: str, busy_poll_us: Optional[int] = None):
             "--backend", backend, "--log-level", "warn"]  # fmt: skip
     if backend == "host":
         argv += ["--host-pool-bytes", "4GiB"]
-    if busy_poll_us is not None:
-        argv += ["--busy-poll-us", str(busy_poll_us)]
+    if busy_poll is not None:
+        base, _, cap = str(busy_poll).partition(":")
+        argv += ["--busy-poll-us", base] + (["--busy-poll-max-us", cap] if cap else [])
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if not line:
@@ -301,10 +304,10 @@ def print_ratios(title: str, rs: Dict[str, Any], targets: bool) -> None:
 
 
 def handover(backend: str, sizes: List[int], args: argparse.Namespace, awake: bool,
-             busy_poll_us: Optional[int] = None) -> Dict[str, Any]:  # fmt: skip
-    """`busy_poll_us`: the daemon's, where not args.busy_poll_us."""
+             busy_poll: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
+    """`busy_poll`: the daemon's (start_daemon), where not args.busy_poll_us."""
     gpu = backend == "cuda"
-    daemon, d = start_daemon(backend, args.busy_poll_us if busy_poll_us is None else busy_poll_us)
+    daemon, d = start_daemon(backend, args.busy_poll_us if busy_poll is None else busy_poll)
     try:
         run = exchange.Run(d, gpu, list(exchange.CASES), awake)
         try:
@@ -338,15 +341,15 @@ AB_CASES = ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "brok
 
 
 def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
-                      values: List[int]) -> Dict[str, Any]:  # fmt: skip
-    """The hand-over with the daemon started at each --busy-poll-us value
-    in turn, `args.rounds` times over (so that whatever the machine does
+                      values: List[str]) -> Dict[str, Any]:  # fmt: skip
+    """The hand-over with the daemon started at each busy poll in turn
+    (--busy-poll-us, or "BASE:MAX" with its --busy-poll-max-us), `args.rounds` times over (so that whatever the machine does
     falls on every value alike): per size, case and value, each round's p50
     of #12's steps (µs) and ratio, and their medians."""
-    seen: Dict[str, Dict[str, Dict[int, Dict[str, List[float]]]]] = {}
+    seen: Dict[str, Dict[str, Dict[str, Dict[str, List[float]]]]] = {}
     for _ in range(args.rounds):
         for v in values:
-            h = handover(backend, sizes, args, False, busy_poll_us=v)
+            h = handover(backend, sizes, args, False, busy_poll=v)
             for label, cases in h["sizes"].items():
                 for case in AB_CASES:
                     if case not in cases or "issue_window" not in cases[case]:
@@ -361,7 +364,7 @@ def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
     for label, by_case in seen.items():
         for case, by_value in by_case.items():
             for v, cell in by_value.items():
-                out.setdefault(label, {}).setdefault(case, {})[str(v)] = {
+                out.setdefault(label, {}).setdefault(case, {})[v] = {
                     "us": cell["us"], "median_us": round(statistics.median(cell["us"]), 1),
                     "ratios": cell["ratio"],
                     "median_ratio": round(statistics.median(cell["ratio"]), 2)
@@ -369,15 +372,16 @@ def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
     return out
 
 
-def print_busy_poll(title: str, ab: Dict[str, Any], values: List[int]) -> None:
+def print_busy_poll(title: str, ab: Dict[str, Any], values: List[str]) -> None:
     print(f"== {title}: issue #12's steps, p50 us (x torch.multiprocessing), by the daemon's "
-          f"--busy-poll-us; the median of the rounds, each round in brackets")  # fmt: skip
+          f"--busy-poll-us[:--busy-poll-max-us]; the median of the rounds, each round in "
+          f"brackets")  # fmt: skip
     for label, by_case in ab.items():
         print(f"  {label}")
         for case, by_value in by_case.items():
             cells = []
             for v in values:
-                c = by_value.get(str(v))
+                c = by_value.get(v)
                 if not c:
                     continue
                 ratio = f" ({c['median_ratio']:.2f}x)" if c["median_ratio"] else ""
@@ -423,7 +427,8 @@ def main() -> None:
                     help="the daemon's --busy-poll-us for the hand-overs (default: its own)")
     ap.add_argument("--compare-busy-poll", metavar="LIST",
                     help="instead of one hand-over run per part: the hand-over with the daemon "
-                         "at each of these --busy-poll-us values (comma-separated), taking "
+                         "at each of these --busy-poll-us values (comma-separated; BASE:MAX "
+                         "sets --busy-poll-max-us too, BASE:0 a fixed window), taking "
                          "turns --rounds times")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json-out")
@@ -464,7 +469,10 @@ def main() -> None:
 
     mib = lambda s: [int(x) * MiB for x in s.split(",") if x]  # noqa: E731
     if args.compare_busy_poll:
-        values = [int(x) for x in args.compare_busy_poll.split(",") if x]
+        values = [x for x in args.compare_busy_poll.split(",") if x]
+        for v in values:
+            if not re.fullmatch(r"\d+(:\d+)?", v):
+                ap.error(f"--compare-busy-poll: '{v}' is not MICROSECONDS or BASE:MAX")
         for part, backend, sizes in (("host", "host", args.host_sizes),
                                      ("gpu", "cuda", args.gpu_sizes)):  # fmt: skip
             if part not in parts:

@@ -166,6 +166,13 @@ const std::vector<OptionSpec> kOptions = {
      "sleeps: a hand-over's second call comes within it and finds the thread awake. Costs the "
      "daemon's CPU for that long after each burst of calls; 0: sleep at once.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_us, v); }},
+    {"busy-poll-max-us", "GPUBROKER_BUSY_POLL_MAX_US", "busy_poll_max_us", "MICROSECONDS", "1000",
+     "The longest that busy poll grows to: while frames keep coming soon after it ran out (a "
+     "pipeline's steady rhythm), the window grows to cover their gaps, up to this; after a "
+     "longer gap it halves back toward --busy-poll-us. Costs up to one of the daemon's CPUs "
+     "while such traffic lasts (gpubroker_session_busy_poll_seconds_total); at or under "
+     "--busy-poll-us: the window stays --busy-poll-us.",
+     [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_max_us, v); }},
     {"max-wait-awake-us", "GPUBROKER_MAX_WAIT_AWAKE_US", "max_wait_awake_us", "MICROSECONDS",
      "10000",
      "The longest that an Open which waits for a seal and asks to wait awake keeps "

@@ -27,6 +27,7 @@ struct DaemonOptions {
   std::string admin_group;  // its members (and root) see every tenant in Status
   uint64_t hello_timeout_ms = 5000;
   uint32_t busy_poll_us = 100;         // session.sock's thread stays awake this long after a frame
+  uint32_t busy_poll_max_us = 1000;    // ... or up to this long, fitted to the gaps between frames
   uint32_t max_wait_awake_us = 10000;  // the longest an Open(wait, awake) keeps that thread awake
   uint64_t default_quota_bytes = 0;    // 0: unlimited
   std::string devices;                 // CUDA devices by UUID or ordinal; empty: all

@@ -252,6 +252,23 @@ Metrics::Metrics(const NodeStatusCollector& status)
                     .Register(*registry_);
   session_turns_[0] = &turns.Add({{"thread", "asleep"}});
   session_turns_[1] = &turns.Add({{"thread", "polling"}});
+  busy_polled_seconds_ =
+      &prometheus::BuildCounter()
+           .Name("gpubroker_session_busy_poll_seconds_total")
+           .Help(
+               "Seconds session.sock's thread spent polling for the next frame after serving "
+               "one (its busy poll) and found none: the CPU the busy poll costs the daemon.")
+           .Register(*registry_)
+           .Add({});
+  busy_poll_window_ =
+      &prometheus::BuildGauge()
+           .Name("gpubroker_session_busy_poll_window_seconds")
+           .Help(
+               "How long session.sock's thread polls for the next frame after serving one: "
+               "--busy-poll-us, grown up to --busy-poll-max-us while frames keep coming soon "
+               "after the window ran out, halved back when they come after longer.")
+           .Register(*registry_)
+           .Add({});
   aheads_ = &prometheus::BuildCounter()
                  .Name("gpubroker_session_aheads_total")
                  .Help(
@@ -395,6 +412,11 @@ void Metrics::AheadTaken() { aheads_->Increment(); }
 void Metrics::SessionTurns(uint64_t asleep, uint64_t polling) {
   if (asleep != 0) session_turns_[0]->Increment(static_cast<double>(asleep));
   if (polling != 0) session_turns_[1]->Increment(static_cast<double>(polling));
+}
+
+void Metrics::BusyPolled(double seconds, std::chrono::nanoseconds window) {
+  if (seconds > 0) busy_polled_seconds_->Increment(seconds);
+  busy_poll_window_->Set(std::chrono::duration<double>(window).count());
 }
 
 void Metrics::Open(std::string_view result) { Find(open_results_, result, opens_).Increment(); }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -62,6 +63,9 @@ class Metrics {
   /// report: those that found it asleep (each paid its wake-up) and those that
   /// found it polling.
   void SessionTurns(uint64_t asleep, uint64_t polling);
+  /// session.sock's thread polled `seconds` for the next frame after serving
+  /// (its busy poll), and the poll's window is now `window`.
+  void BusyPolled(double seconds, std::chrono::nanoseconds window);
   /// An Ahead frame: a producer's client woke session.sock's thread ahead
   /// of a seal's frame.
   void AheadTaken();
@@ -117,6 +121,8 @@ class Metrics {
   prometheus::Counter* awake_waits_;
   prometheus::Counter* awake_seconds_;
   prometheus::Counter* session_turns_[2];  // [polling]
+  prometheus::Counter* busy_polled_seconds_;
+  prometheus::Gauge* busy_poll_window_;
   prometheus::Counter* aheads_;
   prometheus::Counter* turned_away_[2][2];  // [Socket][TurnedAway]
   prometheus::Histogram* session_calls_[kSessionCalls];

@@ -105,7 +105,8 @@ SessionServer::SessionServer(BrokerCalls& calls, DescriptorBudget& descriptors,
       descriptors_(descriptors),
       reserve_(reserve),
       options_(options),
-      per_uid_(options.max_sessions_per_uid) {}
+      per_uid_(options.max_sessions_per_uid),
+      busy_poll_(options.busy_poll, options.busy_poll_max) {}
 
 SessionServer::~SessionServer() { Stop(); }
 
@@ -189,8 +190,9 @@ void SessionServer::Loop() {
     }
     // Awake for a while after serving something: the next call of a
     // hand-over (the consumer's Open after the producer's Publish) usually
-    // comes within it, and finds this thread running instead of asleep.
-    const bool busy = options_.busy_poll.count() > 0 && now - last_event < options_.busy_poll;
+    // comes within it, and finds this thread running instead of asleep. The
+    // while follows the gaps between frames (busy_poll.h).
+    const bool busy = now - last_event < busy_poll_.window();
     // Awake too while a consumer waits awake for a seal (OpenRequest.awake_us).
     const bool for_waits = PollingForWaits(now);
     const bool awake = busy || for_waits;
@@ -239,7 +241,12 @@ void SessionServer::Loop() {
     // too): answered in this same turn of the loop.
     AnswerParked();
     now = std::chrono::steady_clock::now();
-    if (n > 0) last_event = now;  // the busy poll counts from the end of serving
+    if (n > 0) {
+      if (!awake) busy_poll_.Woke(now - last_event);
+      last_event = now;  // the busy poll counts from the end of serving
+    } else if (busy) {
+      polled_seconds_ += std::chrono::duration<double>(now - turn_start).count();
+    }
     if (for_waits && !busy) {
       awake_seconds_ += std::chrono::duration<double>(now - turn_start).count();
     }
@@ -269,6 +276,11 @@ void SessionServer::SetDaemonState(DaemonState state) {
 }
 
 void SessionServer::CountTurns() {
+  if (polled_seconds_ > 0 || busy_poll_.window() != reported_window_) {
+    metrics_.BusyPolled(polled_seconds_, busy_poll_.window());
+    polled_seconds_ = 0;
+    reported_window_ = busy_poll_.window();
+  }
   if (turns_[0] == 0 && turns_[1] == 0) return;
   metrics_.SessionTurns(turns_[0], turns_[1]);
   turns_[0] = turns_[1] = 0;

@@ -21,6 +21,7 @@
 #include "daemon/core/registry.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/calls.h"
+#include "daemon/session/busy_poll.h"
 #include "daemon/util/descriptors.h"
 #include "daemon/util/rate_limiter.h"
 
@@ -58,6 +59,10 @@ class SessionServer {
     /// How long the loop polls for more after it served something, before
     /// it sleeps in epoll_wait (common/spin.h); 0: it sleeps at once.
     std::chrono::microseconds busy_poll{0};
+    /// The most that window grows to when frames keep waking the thread
+    /// soon after it ran out (busy_poll.h); at or under `busy_poll`, the
+    /// window stays `busy_poll`.
+    std::chrono::microseconds busy_poll_max{0};
     /// The longest a parked Open that asks to wait awake (OpenRequest.awake_us)
     /// keeps the loop polling; 0: never.
     std::chrono::microseconds max_wait_awake{0};
@@ -247,6 +252,10 @@ class SessionServer {
   // Turns that served client frames, [polling], not yet counted: counted
   // before the thread sleeps and at each sweep, not in a hand-over's turn.
   uint64_t turns_[2] = {0, 0};
+  // The busy poll's window, and the seconds polled in it not yet counted.
+  BusyPollWindow busy_poll_;
+  double polled_seconds_ = 0;
+  std::chrono::nanoseconds reported_window_{-1};
   std::vector<epoll_event> look_ahead_events_;
   std::vector<Deferred> after_look_ahead_;
   absl::Mutex completions_mu_;

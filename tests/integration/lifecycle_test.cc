@@ -287,6 +287,60 @@ TEST(Lifecycle, TurnsSayWhetherFramesFoundTheThreadAsleepOrPolling) {
   }
 }
 
+// The busy poll follows a pipeline's rhythm (daemon/session/busy_poll.h):
+// calls a few milliseconds apart, each of which would find a fixed 50 µs
+// poll over and the thread asleep, grow the window until they find it
+// polling; when they stop, the thread still goes to sleep, and the first
+// call after a long quiet halves the window back.
+TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
+  const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
+  const std::string polling = "gpubroker_session_turns_total{thread=\"polling\"}";
+  const std::string window = "gpubroker_session_busy_poll_window_seconds";
+  const std::string polled = "gpubroker_session_busy_poll_seconds_total";
+  auto every_5ms = [](const Daemon& daemon, int steps) {
+    Helper h(daemon.socket_dir());
+    for (int i = 0; i < steps; ++i) {
+      h.Ok("alloc a 8192 name=step" + std::to_string(i));
+      h.Ok("seal a");
+      h.Ok("release a");
+      std::this_thread::sleep_for(5ms);
+    }
+  };
+  double fixed_asleep = 0;
+  {
+    Daemon daemon({"--busy-poll-us", "50", "--busy-poll-max-us", "0"});
+    ASSERT_TRUE(daemon.ok());
+    every_5ms(daemon, 30);
+    ASSERT_TRUE(Eventually([&] { return daemon.Metric(asleep) >= 30; }));
+    fixed_asleep = daemon.Metric(asleep);
+    EXPECT_DOUBLE_EQ(daemon.Metric(window), 50e-6) << "a window with no room stays put";
+  }
+  Daemon daemon({"--busy-poll-us", "50", "--busy-poll-max-us", "50000"});
+  ASSERT_TRUE(daemon.ok());
+  every_5ms(daemon, 30);
+  ASSERT_TRUE(Eventually([&] { return daemon.Metric(polling) >= 30; }));
+  EXPECT_GE(daemon.Metric(window), 5e-3) << "the window covers the 5 ms steps";
+  EXPECT_LT(daemon.Metric(asleep), fixed_asleep / 2)
+      << "most steps found the thread polling where a fixed window found it asleep";
+  EXPECT_GT(daemon.Metric(polling), daemon.Metric(asleep));
+  EXPECT_GT(daemon.Metric(polled), 0) << "the poll's CPU is counted";
+
+  // The steps stopped: the thread polls out its window (50 ms at most) and sleeps.
+  std::this_thread::sleep_for(200ms);
+  const double grown = daemon.Metric(window);
+  const double before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_for(1s);
+  ASSERT_GE(before, 0);
+  EXPECT_LT(CpuSeconds(daemon.pid()) - before, 0.25)
+      << "the daemon kept polling with nobody calling";
+
+  // A call after that quiet: the window halves (no lower than --busy-poll-us).
+  every_5ms(daemon, 1);
+  EXPECT_TRUE(Eventually([&] { return daemon.Metric(window) <= grown / 2 + 1e-9; }))
+      << "window " << daemon.Metric(window) << " s, was " << grown << " s";
+  EXPECT_GE(daemon.Metric(window), 50e-6);
+}
+
 // Neither side waiting awake changes what is answered, only how soon.
 TEST(Lifecycle, CallsAreAnsweredWithoutWaitingAwake) {
   Daemon daemon({"--busy-poll-us", "0"});

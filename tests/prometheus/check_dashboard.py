@@ -27,8 +27,12 @@ import yaml
 METRIC = re.compile(r"\b((?:gpubroker|process)_[a-zA-Z0-9_]+)")
 # Families that need no panel of their own.
 # gpubroker_build_info: the Node variable's source; gpubroker_zeroed_bytes_total:
-# an audit of the zeroing rule (docs/security.md), queried when asked, no panel.
-NOT_ON_DASHBOARD = {"gpubroker_build_info", "gpubroker_zeroed_bytes_total"}
+# an audit of the zeroing rule (docs/security.md), queried when asked, no panel;
+# gpubroker_session_busy_poll_window_seconds: read when tuning the busy poll,
+# whose cost and effect the CPU panel shows (its seconds polled, the turns
+# that found the thread asleep).
+NOT_ON_DASHBOARD = {"gpubroker_build_info", "gpubroker_zeroed_bytes_total",
+                    "gpubroker_session_busy_poll_window_seconds"}
 
 
 def exported(text):

@@ -103,7 +103,7 @@ def test_the_busy_poll_comparison_takes_turns_and_reports_every_round(tmp_path):
     out = tmp_path / "ab.json"
     run = subprocess.run(
         [sys.executable, str(BENCH), "--parts", "host", "--host-sizes", "1", "--iterations", "4",
-         "--warmup", "1", "--copy-iterations", "1", "--compare-busy-poll", "0,300", "--rounds",
+         "--warmup", "1", "--copy-iterations", "1", "--compare-busy-poll", "0,300:0", "--rounds",
          "2", "--json-out", str(out)],
         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
@@ -111,7 +111,7 @@ def test_the_busy_poll_comparison_takes_turns_and_reports_every_round(tmp_path):
     assert set(ab) == {"broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy",
                        "broker-waitawake-cupy", "broker-waitdaemon-cupy"}  # fmt: skip
     for case, by_value in ab.items():
-        assert set(by_value) == {"0", "300"}, case
+        assert set(by_value) == {"0", "300:0"}, case
         for v in by_value.values():
             assert len(v["us"]) == 2 and all(x > 0 for x in v["us"]), (case, v)
             assert min(v["us"]) <= v["median_us"] <= max(v["us"]), (case, v)

@@ -1,0 +1,54 @@
+#pragma once
+
+// How long session.sock's thread polls for the next frame after serving one,
+// fitted to the traffic it sees. A frame that finds the thread asleep pays its
+// wake-up (15-45 µs on the GPU machines measured, now and then hundreds on a
+// virtual machine whose idle CPUs halt); one that finds it polling pays none,
+// and the poll costs the daemon a CPU for its length. A fixed window is either
+// too short for a pipeline whose calls come a few hundred microseconds apart
+// (each call pays a wake-up) or too long for a node that calls now and then
+// (each burst costs the whole window).
+//
+// So the window follows the gaps, the way the kernel's cpuidle haltpoll
+// governor fits a virtual CPU's poll before it halts:
+//  * a frame that woke the thread after a gap the window missed, but one no
+//    longer than the cap, grows the window to cover that gap with a quarter
+//    to spare, and at least doubles it (up to the cap): the next gap of that
+//    rhythm finds the thread polling;
+//  * a frame after a gap past the cap halves it (down to the base): the node
+//    went idle, and polling that long would have bought nothing;
+//  * a frame that found the thread polling changes nothing.
+// A steady pipeline thus keeps the thread polling through its rhythm, and an
+// idle node pays at most the window once after its last frame.
+
+#include <algorithm>
+#include <chrono>
+
+namespace gpubroker {
+
+class BusyPollWindow {
+ public:
+  using duration = std::chrono::nanoseconds;
+
+  /// `base`: the window to start from and the least it shrinks to (0: never
+  /// poll). `cap`: the most it grows to; at or under `base`, it stays `base`.
+  BusyPollWindow(duration base, duration cap)
+      : base_(base), cap_(std::max(base, cap)), window_(base) {}
+
+  duration window() const { return window_; }
+  bool adapts() const { return base_.count() > 0 && cap_ > base_; }
+
+  /// The thread slept and a frame woke it `gap` after it last served one.
+  void Woke(duration gap) {
+    if (!adapts() || gap <= window_) return;
+    window_ = gap <= cap_ ? std::min(cap_, std::max(window_ * 2, gap + gap / 4))
+                          : std::max(base_, window_ / 2);
+  }
+
+ private:
+  duration base_;
+  duration cap_;
+  duration window_;
+};
+
+}  // namespace gpubroker

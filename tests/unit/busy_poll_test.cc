@@ -1,0 +1,67 @@
+// The busy poll's window follows the gaps between frames (busy_poll.h): a
+// rhythm the window misses grows it to cover the gap, up to the cap; a gap
+// past the cap halves it, down to the base; and a window with no room to
+// grow stays as configured.
+#include "daemon/session/busy_poll.h"
+
+#include <chrono>
+
+#include "gtest/gtest.h"
+
+namespace gpubroker {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(BusyPollWindow, AGapTheWindowMissedGrowsItToCoverTheNextOneAlike) {
+  BusyPollWindow w(100us, 1000us);
+  EXPECT_EQ(w.window(), 100us);
+  w.Woke(300us);  // a frame 300 µs after the last one found the thread asleep
+  EXPECT_EQ(w.window(), 375us) << "the gap and a quarter to spare";
+  w.Woke(375us);  // within the window: it would have been caught, nothing moves
+  EXPECT_EQ(w.window(), 375us);
+  w.Woke(400us);  // just missed: at least doubled
+  EXPECT_EQ(w.window(), 750us);
+}
+
+TEST(BusyPollWindow, GrowsNoFurtherThanTheCap) {
+  BusyPollWindow w(100us, 1000us);
+  w.Woke(900us);
+  EXPECT_EQ(w.window(), 1000us) << "900 µs and a quarter is past the cap";
+  w.Woke(1000us);
+  EXPECT_EQ(w.window(), 1000us);
+}
+
+TEST(BusyPollWindow, AGapPastTheCapHalvesItDownToTheBase) {
+  BusyPollWindow w(100us, 1000us);
+  w.Woke(800us);
+  ASSERT_EQ(w.window(), 1000us);
+  w.Woke(5ms);  // the node went quiet: polling longer would have bought nothing
+  EXPECT_EQ(w.window(), 500us);
+  w.Woke(5ms);
+  EXPECT_EQ(w.window(), 250us);
+  w.Woke(1s);
+  w.Woke(1s);
+  w.Woke(1s);
+  EXPECT_EQ(w.window(), 100us) << "never under the base";
+}
+
+TEST(BusyPollWindow, StaysAtTheBaseWhenTheCapLeavesNoRoom) {
+  for (auto cap : {0us, 50us, 100us}) {
+    BusyPollWindow w(100us, cap);
+    EXPECT_FALSE(w.adapts());
+    w.Woke(150us);
+    w.Woke(10s);
+    EXPECT_EQ(w.window(), 100us) << "cap " << cap.count();
+  }
+}
+
+TEST(BusyPollWindow, NoBaseMeansNoPollWhateverTheCap) {
+  BusyPollWindow w(0us, 1000us);
+  EXPECT_FALSE(w.adapts());
+  w.Woke(200us);
+  EXPECT_EQ(w.window(), 0us) << "--busy-poll-us 0 sleeps at once, always";
+}
+
+}  // namespace
+}  // namespace gpubroker
