@@ -21,7 +21,7 @@ sizes=${2:-4KiB,64MiB,1GiB}
 out=${OUT:-busy-poll-ab}
 mkdir -p "$out"
 bench=$(command -v gpubroker-bench || echo build/bin/gpubroker-bench)
-ways=${WAYS:-adapt fixed 1ms}
+ways=${WAYS-adapt fixed 1ms}  # empty: the Python part alone
 for ((r = 1; r <= rounds; r++)); do
   for way in $ways; do
     case $way in
@@ -108,10 +108,14 @@ for w in WAYS:
 PY
 py_rounds=${PY_ROUNDS:-1}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-handover=$here/src/bench/python/handover.py  # in the bundle
-[ -f "$handover" ] || handover=$here/../bench/python/handover.py
+if [ -d "$here/src" ]; then  # in the bundle (scripts/gpu-bundle.sh)
+  src=$here/src
+  export GPUBROKER_LIBRARY="$here/lib/libgpubroker.so.0" GPUBROKER_BIN_DIR="$here/bin"
+else
+  src=$here/..
+fi
 if [ "$py_rounds" -gt 0 ]; then
-  python3 "$handover" --quick --parts gpu --gpu-sizes 64,1024 \
+  PYTHONPATH="$src/client/python" PYTHONDONTWRITEBYTECODE=1 python3 "$src/bench/python/handover.py" --quick --parts gpu --gpu-sizes 64,1024 \
     --compare-busy-poll 100,100:0,1000:0 --rounds "$py_rounds" --json-out "$out/python.json" \
     >"$out/python.txt" 2>"$out/python.err" || echo "the Python hand-over failed (see $out/python.err)" >&2
   grep -A20 "busy-poll comparison" "$out/python.txt" | tee -a "$out/summary.txt" || true
