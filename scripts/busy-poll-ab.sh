@@ -121,4 +121,4 @@ if [ "$py_rounds" -gt 0 ]; then
   grep -A20 "busy-poll comparison" "$out/python.txt" | tee -a "$out/summary.txt" || true
 fi
 # Every round's files in one archive too, for a runner that fetches few files.
-(cd "$out" && tar czf busy-poll-ab.tar.gz round* summary.txt $(ls python.* 2>/dev/null))
+(cd "$out" && tar czf busy-poll-ab.tar.gz summary.txt $(ls round* python.* 2>/dev/null))
