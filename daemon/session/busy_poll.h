@@ -16,13 +16,19 @@
 //    to spare, and at least doubles it (up to the cap): the next gap of that
 //    rhythm finds the thread polling;
 //  * a frame after a gap past the cap halves it (down to the base): the node
-//    went idle, and polling that long would have bought nothing;
+//    went quiet, and polling that long would have bought nothing. But not
+//    under what the burst before that quiet needed: the longest gap that a
+//    frame of it came after and found the thread polling, with a quarter to
+//    spare. A pipeline's steps (a burst of calls, then milliseconds of
+//    compute) thus keep the window that catches each step's calls, where
+//    halving at every step would make each step's first longer gap miss;
 //  * a frame that found the thread polling changes nothing.
 // A steady pipeline thus keeps the thread polling through its rhythm, and an
 // idle node pays at most the window once after its last frame.
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace gpubroker {
 
@@ -38,17 +44,25 @@ class BusyPollWindow {
   duration window() const { return window_; }
   bool adapts() const { return base_.count() > 0 && cap_ > base_; }
 
+  /// A frame came `gap` after the thread last served one, and found it polling.
+  void Caught(duration gap) { longest_caught_ = std::max(longest_caught_, gap); }
+
   /// The thread slept and a frame woke it `gap` after it last served one.
   void Woke(duration gap) {
+    const duration caught = std::exchange(longest_caught_, duration::zero());
     if (!adapts() || gap <= window_) return;
-    window_ = gap <= cap_ ? std::min(cap_, std::max(window_ * 2, gap + gap / 4))
-                          : std::max(base_, window_ / 2);
+    if (gap <= cap_) {
+      window_ = std::min(cap_, std::max(window_ * 2, gap + gap / 4));
+    } else {
+      window_ = std::clamp(std::max(window_ / 2, caught + caught / 4), base_, window_);
+    }
   }
 
  private:
   duration base_;
   duration cap_;
   duration window_;
+  duration longest_caught_{0};  // since the thread last woke
 };
 
 }  // namespace gpubroker

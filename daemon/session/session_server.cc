@@ -242,7 +242,11 @@ void SessionServer::Loop() {
     AnswerParked();
     now = std::chrono::steady_clock::now();
     if (n > 0) {
-      if (!awake) busy_poll_.Woke(now - last_event);
+      if (!awake) {
+        busy_poll_.Woke(now - last_event);
+      } else if (busy) {
+        busy_poll_.Caught(now - last_event);
+      }
       last_event = now;  // the busy poll counts from the end of serving
     } else if (busy) {
       polled_seconds_ += std::chrono::duration<double>(now - turn_start).count();

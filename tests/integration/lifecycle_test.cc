@@ -290,19 +290,21 @@ TEST(Lifecycle, TurnsSayWhetherFramesFoundTheThreadAsleepOrPolling) {
 // The busy poll follows a pipeline's rhythm (daemon/session/busy_poll.h):
 // calls a few milliseconds apart, each of which would find a fixed 50 µs
 // poll over and the thread asleep, grow the window until they find it
-// polling; when they stop, the thread still goes to sleep, and the first
-// call after a long quiet halves the window back.
+// polling; when they stop, the thread still goes to sleep; and a quiet after
+// a lone call (nothing that needed the window) halves it back.
 TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
   const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
   const std::string polling = "gpubroker_session_turns_total{thread=\"polling\"}";
   const std::string window = "gpubroker_session_busy_poll_window_seconds";
   const std::string polled = "gpubroker_session_busy_poll_seconds_total";
-  auto every_5ms = [](const Daemon& daemon, int steps) {
-    Helper h(daemon.socket_dir());
+  auto step = [](Helper& h, int i) {
+    h.Ok("alloc a 8192 name=step" + std::to_string(i));
+    h.Ok("seal a");
+    h.Ok("release a");
+  };
+  auto every_5ms = [&](Helper& h, int steps) {
     for (int i = 0; i < steps; ++i) {
-      h.Ok("alloc a 8192 name=step" + std::to_string(i));
-      h.Ok("seal a");
-      h.Ok("release a");
+      step(h, i);
       std::this_thread::sleep_for(5ms);
     }
   };
@@ -310,14 +312,16 @@ TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
   {
     Daemon daemon({"--busy-poll-us", "50", "--busy-poll-max-us", "0"});
     ASSERT_TRUE(daemon.ok());
-    every_5ms(daemon, 30);
+    Helper h(daemon.socket_dir());
+    every_5ms(h, 30);
     ASSERT_TRUE(Eventually([&] { return daemon.Metric(asleep) >= 30; }));
     fixed_asleep = daemon.Metric(asleep);
     EXPECT_DOUBLE_EQ(daemon.Metric(window), 50e-6) << "a window with no room stays put";
   }
   Daemon daemon({"--busy-poll-us", "50", "--busy-poll-max-us", "50000"});
   ASSERT_TRUE(daemon.ok());
-  every_5ms(daemon, 30);
+  Helper h(daemon.socket_dir());
+  every_5ms(h, 30);
   ASSERT_TRUE(Eventually([&] { return daemon.Metric(polling) >= 30; }));
   EXPECT_GE(daemon.Metric(window), 5e-3) << "the window covers the 5 ms steps";
   EXPECT_LT(daemon.Metric(asleep), fixed_asleep / 2)
@@ -334,8 +338,11 @@ TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
   EXPECT_LT(CpuSeconds(daemon.pid()) - before, 0.25)
       << "the daemon kept polling with nobody calling";
 
-  // A call after that quiet: the window halves (no lower than --busy-poll-us).
-  every_5ms(daemon, 1);
+  // A lone call, a quiet, another: the window that the 5 ms steps needed
+  // bought nothing the second time, and halves (no lower than --busy-poll-us).
+  step(h, 100);
+  std::this_thread::sleep_for(200ms);
+  step(h, 101);
   EXPECT_TRUE(Eventually([&] { return daemon.Metric(window) <= grown / 2 + 1e-9; }))
       << "window " << daemon.Metric(window) << " s, was " << grown << " s";
   EXPECT_GE(daemon.Metric(window), 50e-6);

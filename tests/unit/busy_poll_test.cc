@@ -46,6 +46,26 @@ TEST(BusyPollWindow, AGapPastTheCapHalvesItDownToTheBase) {
   EXPECT_EQ(w.window(), 100us) << "never under the base";
 }
 
+TEST(BusyPollWindow, AQuietAfterABurstKeepsWhatTheBurstsGapsNeeded) {
+  BusyPollWindow w(100us, 1000us);
+  w.Woke(900us);
+  ASSERT_EQ(w.window(), 1000us);
+  // A step of a pipeline: its calls came up to 600 µs apart and found the
+  // thread polling, then the step's compute kept it quiet for 5 ms.
+  w.Caught(200us);
+  w.Caught(600us);
+  w.Woke(5ms);
+  EXPECT_EQ(w.window(), 750us) << "600 µs and a quarter, not half of 1 ms";
+  w.Caught(100us);
+  w.Woke(5ms);
+  EXPECT_EQ(w.window(), 375us) << "the last burst needed less: halved";
+  w.Woke(5ms);  // a lone frame: nothing caught since the last wake
+  EXPECT_EQ(w.window(), 187500ns);
+  w.Caught(900us);  // never grows on a quiet's wake: only a miss grows it
+  w.Woke(5ms);
+  EXPECT_EQ(w.window(), 187500ns);
+}
+
 TEST(BusyPollWindow, StaysAtTheBaseWhenTheCapLeavesNoRoom) {
   for (auto cap : {0us, 50us, 100us}) {
     BusyPollWindow w(100us, cap);
