@@ -45,9 +45,9 @@ ROWS = {  # what to sum up: a row's name starts with it
     "1 GiB hand-over": "hand-over 1 GiB: Allocate+seal in A",
     "seal + wait": "seal + wait: A seals",
 }
-TURNS = re.compile(r"^gpubroker-bench: (?:hand-over at )?(\S+ \S+)(?: done;|:) turns of session.sock that "
-                   r"found the daemon asleep: (\d+) of (\d+); the daemon polled idle "
-                   r"([0-9.]+) s of ([0-9.]+) s")
+TURNS = re.compile(r"^gpubroker-bench: (?:hand-over at )?(\S+ \S+)(?: done;|:) turns of "
+                   r"session.sock that found the daemon asleep: (\d+) of (\d+); the daemon "
+                   r"polled idle ([0-9.]+) s of ([0-9.]+) s")
 
 
 def read(r, way):
@@ -115,9 +115,11 @@ else
   src=$here/..
 fi
 if [ "$py_rounds" -gt 0 ]; then
-  PYTHONPATH="$src/client/python" PYTHONDONTWRITEBYTECODE=1 python3 "$src/bench/python/handover.py" --quick --parts gpu --gpu-sizes 64,1024 \
+  PYTHONPATH="$src/client/python" PYTHONDONTWRITEBYTECODE=1 \
+    python3 "$src/bench/python/handover.py" --quick --parts gpu --gpu-sizes 64,1024 \
     --compare-busy-poll 100,100:0,1000:0 --rounds "$py_rounds" --json-out "$out/python.json" \
-    >"$out/python.txt" 2>"$out/python.err" || echo "the Python hand-over failed (see $out/python.err)" >&2
+    >"$out/python.txt" 2>"$out/python.err" ||
+    echo "the Python hand-over failed (see $out/python.err)" >&2
   grep -A20 "busy-poll comparison" "$out/python.txt" | tee -a "$out/summary.txt" || true
 fi
 # Every round's files in one archive too, for a runner that fetches few files.

@@ -343,9 +343,10 @@ AB_CASES = ("broker-cupy", "broker-posted-cupy", "broker-postedopen-cupy", "brok
 def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
                       values: List[str]) -> Dict[str, Any]:  # fmt: skip
     """The hand-over with the daemon started at each busy poll in turn
-    (--busy-poll-us, or "BASE:MAX" with its --busy-poll-max-us), `args.rounds` times over (so that whatever the machine does
-    falls on every value alike): per size, case and value, each round's p50
-    of #12's steps (µs) and ratio, and their medians."""
+    (--busy-poll-us, or "BASE:MAX" with its --busy-poll-max-us),
+    `args.rounds` times over (so that whatever the machine does falls on
+    every value alike): per size, case and value, each round's p50 of #12's
+    steps (µs) and ratio, and their medians."""
     seen: Dict[str, Dict[str, Dict[str, Dict[str, List[float]]]]] = {}
     for _ in range(args.rounds):
         for v in values:
