@@ -117,9 +117,8 @@ void Registry::AnswerAll(SessionId session, const absl::Status& why, Answers& an
 void Registry::Wake(BufferId buffer, Answers& answers) {
   auto it = buffers_.find(buffer);
   if (it == buffers_.end()) return;
-  const std::string tenant = it->second.view.tenant;
-  const std::string name = it->second.view.name;
-  for (WaitId id : waits_.Wakeable(buffer, tenant, name)) {
+  // The waiters are listed before any is answered: the view is not read after.
+  for (WaitId id : waits_.Wakeable(buffer, it->second.view.tenant, it->second.view.name)) {
     const Parked& p = parked_.at(id);
     Session* s = FindSession(p.session);
     if (s == nullptr) continue;  // cannot be: a session's end answers its waiters

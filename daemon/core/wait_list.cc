@@ -30,7 +30,7 @@ bool WaitList::Remove(WaitId id) {
   if (f.target.id != 0) {
     unfile(by_buffer_, f.target.id);
   } else {
-    unfile(by_name_, NameKey{f.target.tenant, f.target.name});
+    unfile(by_name_, NameView{f.target.tenant, f.target.name});
   }
   unfile(by_session_, f.session);
   if (auto t = per_tenant_.find(f.tenant); t != per_tenant_.end() && --t->second == 0) {
@@ -48,7 +48,7 @@ std::vector<WaitId> WaitList::Wakeable(BufferId id, const std::string& tenant,
     out.insert(out.end(), it->second.begin(), it->second.end());
   }
   if (!name.empty()) {
-    if (auto it = by_name_.find(NameKey{tenant, name}); it != by_name_.end()) {
+    if (auto it = by_name_.find(NameView{tenant, name}); it != by_name_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
     }
   }

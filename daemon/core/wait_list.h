@@ -5,11 +5,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "daemon/core/types.h"
 
 namespace gpubroker {
@@ -62,10 +64,20 @@ class WaitList {
     Clock::time_point deadline;
   };
   using NameKey = std::pair<std::string, std::string>;  // tenant, name
+  // Looked up by views: a seal's wake-up copies no string to find its waiters.
+  using NameView = std::pair<std::string_view, std::string_view>;
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(const NameView& k) const { return absl::HashOf(k.first, k.second); }
+  };
+  struct NameEq {
+    using is_transparent = void;
+    bool operator()(const NameView& a, const NameView& b) const { return a == b; }
+  };
 
   WaitId next_id_ = 1;
   absl::flat_hash_map<WaitId, Filed> entries_;
-  absl::flat_hash_map<NameKey, absl::flat_hash_set<WaitId>> by_name_;
+  absl::flat_hash_map<NameKey, absl::flat_hash_set<WaitId>, NameHash, NameEq> by_name_;
   absl::flat_hash_map<BufferId, absl::flat_hash_set<WaitId>> by_buffer_;
   absl::flat_hash_map<SessionId, absl::flat_hash_set<WaitId>> by_session_;
   absl::flat_hash_map<std::string, uint32_t> per_tenant_;

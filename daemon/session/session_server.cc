@@ -1042,7 +1042,11 @@ void SessionServer::Post(Completion completion) {
 }
 
 void SessionServer::AnswerParked(int serving_fd) {
-  std::vector<Completion> ready;
+  // Swapped with completions_ and emptied after, so that neither vector
+  // gives its capacity back: a Post on the seal's path does not allocate.
+  // (A call from within the loop below, were there one, takes its own.)
+  std::vector<Completion> nested;
+  std::vector<Completion>& ready = answering_.empty() ? answering_ : nested;
   {
     absl::MutexLock lock(&completions_mu_);
     ready.swap(completions_);
@@ -1080,6 +1084,7 @@ void SessionServer::AnswerParked(int serving_fd) {
     }
     if (!c.out.empty()) WatchFor(c, false);
   }
+  ready.clear();
 }
 
 SessionServer::Outcome SessionServer::SendFrame(Connection& c, const v1::SessionFrame& frame,

@@ -260,6 +260,7 @@ class SessionServer {
   std::vector<Deferred> after_look_ahead_;
   absl::Mutex completions_mu_;
   std::vector<Completion> completions_ ABSL_GUARDED_BY(completions_mu_);
+  std::vector<Completion> answering_;  // AnswerParked's, on the loop's thread
   std::vector<std::function<void()>> after_catch_up_ ABSL_GUARDED_BY(completions_mu_);
   bool stopped_ ABSL_GUARDED_BY(completions_mu_) = false;
   std::chrono::steady_clock::time_point resume_accepting_;
