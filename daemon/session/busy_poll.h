@@ -17,11 +17,14 @@
 //    rhythm finds the thread polling;
 //  * a frame after a gap past the cap halves it (down to the base): the node
 //    went quiet, and polling that long would have bought nothing. But not
-//    under what the burst before that quiet needed: the longest gap that a
-//    frame of it came after and found the thread polling, with a quarter to
-//    spare. A pipeline's steps (a burst of calls, then milliseconds of
-//    compute) thus keep the window that catches each step's calls, where
-//    halving at every step would make each step's first longer gap miss;
+//    under what the traffic since the last such quiet needed: its longest
+//    gap within the cap, whether a frame found the thread polling after it
+//    or woke it and grew the window, with a quarter to spare. A pipeline's
+//    steps (a burst of calls, then milliseconds of compute) thus keep the
+//    window that catches each step's calls, where halving at every step
+//    would make each step's first longer gap miss; and traffic whose gaps
+//    straddle the cap (some just under, some just over) keeps the cap,
+//    where halving at each gap over it would make the next one under it miss;
 //  * a frame that found the thread polling changes nothing.
 // A steady pipeline thus keeps the thread polling through its rhythm, and an
 // idle node pays at most the window once after its last frame.
@@ -45,24 +48,25 @@ class BusyPollWindow {
   bool adapts() const { return base_.count() > 0 && cap_ > base_; }
 
   /// A frame came `gap` after the thread last served one, and found it polling.
-  void Caught(duration gap) { longest_caught_ = std::max(longest_caught_, gap); }
+  void Caught(duration gap) { needed_ = std::max(needed_, gap); }
 
   /// The thread slept and a frame woke it `gap` after it last served one.
   void Woke(duration gap) {
-    const duration caught = std::exchange(longest_caught_, duration::zero());
-    if (!adapts() || gap <= window_) return;
+    if (!adapts()) return;
     if (gap <= cap_) {
-      window_ = std::min(cap_, std::max(window_ * 2, gap + gap / 4));
-    } else {
-      window_ = std::clamp(std::max(window_ / 2, caught + caught / 4), base_, window_);
+      needed_ = std::max(needed_, gap);
+      if (gap > window_) window_ = std::min(cap_, std::max(window_ * 2, gap + gap / 4));
+      return;
     }
+    const duration needed = std::exchange(needed_, duration::zero());
+    window_ = std::clamp(std::max(window_ / 2, needed + needed / 4), base_, window_);
   }
 
  private:
   duration base_;
   duration cap_;
   duration window_;
-  duration longest_caught_{0};  // since the thread last woke
+  duration needed_{0};  // the longest gap within the cap since the last one past it
 };
 
 }  // namespace gpubroker

@@ -1,7 +1,8 @@
 // The busy poll's window follows the gaps between frames (busy_poll.h): a
 // rhythm the window misses grows it to cover the gap, up to the cap; a gap
-// past the cap halves it, down to the base; and a window with no room to
-// grow stays as configured.
+// past the cap halves it, down to the base, but not under what the gaps
+// since the last such one needed; and a window with no room to grow stays
+// as configured.
 #include "daemon/session/busy_poll.h"
 
 #include <chrono>
@@ -36,6 +37,8 @@ TEST(BusyPollWindow, AGapPastTheCapHalvesItDownToTheBase) {
   BusyPollWindow w(100us, 1000us);
   w.Woke(800us);
   ASSERT_EQ(w.window(), 1000us);
+  w.Woke(5ms);  // the first quiet: the 800 µs gap before it needed the window
+  EXPECT_EQ(w.window(), 1000us);
   w.Woke(5ms);  // the node went quiet: polling longer would have bought nothing
   EXPECT_EQ(w.window(), 500us);
   w.Woke(5ms);
@@ -49,6 +52,7 @@ TEST(BusyPollWindow, AGapPastTheCapHalvesItDownToTheBase) {
 TEST(BusyPollWindow, AQuietAfterABurstKeepsWhatTheBurstsGapsNeeded) {
   BusyPollWindow w(100us, 1000us);
   w.Woke(900us);
+  w.Woke(5ms);
   ASSERT_EQ(w.window(), 1000us);
   // A step of a pipeline: its calls came up to 600 µs apart and found the
   // thread polling, then the step's compute kept it quiet for 5 ms.
@@ -59,11 +63,32 @@ TEST(BusyPollWindow, AQuietAfterABurstKeepsWhatTheBurstsGapsNeeded) {
   w.Caught(100us);
   w.Woke(5ms);
   EXPECT_EQ(w.window(), 375us) << "the last burst needed less: halved";
-  w.Woke(5ms);  // a lone frame: nothing caught since the last wake
+  w.Woke(5ms);  // a lone frame: nothing needed since the last quiet
   EXPECT_EQ(w.window(), 187500ns);
   w.Caught(900us);  // never grows on a quiet's wake: only a miss grows it
   w.Woke(5ms);
   EXPECT_EQ(w.window(), 187500ns);
+}
+
+// Gaps on both sides of the cap, as between the iterations of work that
+// takes about the cap between its calls: each gap past it would halve the
+// window, and the next gap under it would then miss and wake the thread.
+TEST(BusyPollWindow, GapsThatStraddleTheCapKeepTheCap) {
+  BusyPollWindow w(100us, 1000us);
+  w.Woke(900us);
+  ASSERT_EQ(w.window(), 1000us);
+  for (int i = 0; i < 10; ++i) {
+    w.Caught(50us);
+    w.Woke(1100us);  // just past the cap: slept, and woken
+    EXPECT_EQ(w.window(), 1000us) << "the 900 µs gap before it still needs it, round " << i;
+    w.Caught(50us);
+    w.Caught(900us);  // found the thread polling
+  }
+  // Past the cap twice with nothing in between that needed more than 50 µs.
+  w.Woke(1100us);
+  w.Caught(50us);
+  w.Woke(1100us);
+  EXPECT_EQ(w.window(), 500us);
 }
 
 TEST(BusyPollWindow, StaysAtTheBaseWhenTheCapLeavesNoRoom) {
