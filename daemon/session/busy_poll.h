@@ -17,9 +17,12 @@
 //    rhythm finds the thread polling;
 //  * a frame after a gap past the cap halves it (down to the base): the node
 //    went quiet, and polling that long would have bought nothing. But not
-//    under what the traffic since the last such quiet needed: its longest
-//    gap within the cap, whether a frame found the thread polling after it
-//    or woke it and grew the window, with a quarter to spare. A pipeline's
+//    under what the traffic before that quiet needed: its longest gap
+//    within the cap, whether a frame found the thread polling after it or
+//    woke it and grew the window, with a quarter to spare (that memory
+//    fades by an eighth at each such quiet, so that a rhythm whose gaps
+//    vary from one period to the next keeps what its longer ones needed,
+//    and a node gone quiet still shrinks the window to the base). A pipeline's
 //    steps (a burst of calls, then milliseconds of compute) thus keep the
 //    window that catches each step's calls, where halving at every step
 //    would make each step's first longer gap miss; and traffic whose gaps
@@ -31,7 +34,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <utility>
 
 namespace gpubroker {
 
@@ -58,15 +60,18 @@ class BusyPollWindow {
       if (gap > window_) window_ = std::min(cap_, std::max(window_ * 2, gap + gap / 4));
       return;
     }
-    const duration needed = std::exchange(needed_, duration::zero());
-    window_ = std::clamp(std::max(window_ / 2, needed + needed / 4), base_, window_);
+    window_ = std::clamp(std::max(window_ / 2, needed_ + needed_ / 4), base_, window_);
+    needed_ -= needed_ / 8;
   }
 
  private:
   duration base_;
   duration cap_;
   duration window_;
-  duration needed_{0};  // the longest gap within the cap since the last one past it
+  // The longest gap within the cap, fading by an eighth at each gap past it:
+  // a rhythm that varies from one period to the next keeps the window that
+  // its longer gaps needed, and a node gone quiet forgets it in a few dozen.
+  duration needed_{0};
 };
 
 }  // namespace gpubroker

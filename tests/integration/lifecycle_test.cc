@@ -290,8 +290,8 @@ TEST(Lifecycle, TurnsSayWhetherFramesFoundTheThreadAsleepOrPolling) {
 // The busy poll follows a pipeline's rhythm (daemon/session/busy_poll.h):
 // calls a few milliseconds apart, each of which would find a fixed 50 µs
 // poll over and the thread asleep, grow the window until they find it
-// polling; when they stop, the thread still goes to sleep; and a quiet after
-// a lone call (nothing that needed the window) halves it back.
+// polling; when they stop, the thread still goes to sleep; and lone calls
+// after it (nothing that needs the window) let it fade back.
 TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
   const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
   const std::string polling = "gpubroker_session_turns_total{thread=\"polling\"}";
@@ -338,14 +338,52 @@ TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
   EXPECT_LT(CpuSeconds(daemon.pid()) - before, 0.25)
       << "the daemon kept polling with nobody calling";
 
-  // A lone call, a quiet, another: the window that the 5 ms steps needed
-  // bought nothing the second time, and halves (no lower than --busy-poll-us).
-  step(h, 100);
-  std::this_thread::sleep_for(200ms);
-  step(h, 101);
+  // Lone calls, quiets past the cap between them: the window that the 5 ms
+  // steps needed buys nothing any more, and fades (no lower than --busy-poll-us).
+  for (int i = 0; i < 8; ++i) {
+    step(h, 100 + i);
+    std::this_thread::sleep_for(60ms);
+  }
+  step(h, 108);
   EXPECT_TRUE(Eventually([&] { return daemon.Metric(window) <= grown / 2 + 1e-9; }))
       << "window " << daemon.Metric(window) << " s, was " << grown << " s";
   EXPECT_GE(daemon.Metric(window), 50e-6);
+}
+
+// Gaps on both sides of the busy poll's cap, as between iterations of work
+// that takes about the cap between its calls: one under it and one over it
+// in turn. The one over it costs a wake-up whatever the window; the one under
+// it finds the thread polling, because the quiet past the cap keeps the
+// window that the gap under it needed (busy_poll.h), where halving it there
+// made every gap under the cap miss too.
+TEST(Lifecycle, GapsThatStraddleTheBusyPollsCapFindTheThreadPollingUnderIt) {
+  const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
+  const std::string window = "gpubroker_session_busy_poll_window_seconds";
+  Daemon daemon({"--busy-poll-us", "50", "--busy-poll-max-us", "20000"});
+  ASSERT_TRUE(daemon.ok());
+  Helper h(daemon.socket_dir());
+  auto step = [&h](int i) {
+    h.Ok("alloc a 8192 name=straddle" + std::to_string(i));
+    h.Ok("seal a");
+    h.Ok("release a");
+  };
+  constexpr int kRounds = 12;
+  step(0);
+  std::this_thread::sleep_for(12ms);  // under the cap: grows the window to cover it
+  step(1);
+  const double before = daemon.Metric(asleep);
+  for (int i = 0; i < kRounds; ++i) {
+    std::this_thread::sleep_for(40ms);  // over the cap: the thread sleeps
+    step(2 * i + 2);
+    std::this_thread::sleep_for(12ms);  // under it
+    step(2 * i + 3);
+  }
+  // One wake-up a round, after the gap over the cap; the halving rule made
+  // it two (the gap under the cap missed each time).
+  const double woken = daemon.Metric(asleep) - before;
+  EXPECT_LE(woken, kRounds + 3) << "the gaps under the cap found the thread asleep";
+  EXPECT_GE(woken, kRounds / 2) << "the gaps over the cap should have found it asleep";
+  EXPECT_GE(daemon.Metric(window), 12e-3) << "the window still covers the gap under the cap";
 }
 
 // Neither side waiting awake changes what is answered, only how soon.

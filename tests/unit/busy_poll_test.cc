@@ -1,8 +1,8 @@
 // The busy poll's window follows the gaps between frames (busy_poll.h): a
 // rhythm the window misses grows it to cover the gap, up to the cap; a gap
 // past the cap halves it, down to the base, but not under what the gaps
-// since the last such one needed; and a window with no room to grow stays
-// as configured.
+// before it needed (a memory that fades); and a window with no room to grow
+// stays as configured.
 #include "daemon/session/busy_poll.h"
 
 #include <chrono>
@@ -33,41 +33,40 @@ TEST(BusyPollWindow, GrowsNoFurtherThanTheCap) {
   EXPECT_EQ(w.window(), 1000us);
 }
 
-TEST(BusyPollWindow, AGapPastTheCapHalvesItDownToTheBase) {
+TEST(BusyPollWindow, AQuietFadesTheWindowDownToTheBase) {
   BusyPollWindow w(100us, 1000us);
   w.Woke(800us);
   ASSERT_EQ(w.window(), 1000us);
   w.Woke(5ms);  // the first quiet: the 800 µs gap before it needed the window
   EXPECT_EQ(w.window(), 1000us);
-  w.Woke(5ms);  // the node went quiet: polling longer would have bought nothing
-  EXPECT_EQ(w.window(), 500us);
-  w.Woke(5ms);
-  EXPECT_EQ(w.window(), 250us);
-  w.Woke(1s);
-  w.Woke(1s);
-  w.Woke(1s);
-  EXPECT_EQ(w.window(), 100us) << "never under the base";
+  w.Woke(5ms);  // what that gap needed fades by an eighth a quiet
+  EXPECT_EQ(w.window(), 875us);
+  auto last = w.window();
+  for (int i = 0; i < 30; ++i) {
+    w.Woke(5ms);  // the node went quiet: polling longer would have bought nothing
+    EXPECT_LE(w.window(), last);
+    last = w.window();
+  }
+  EXPECT_EQ(w.window(), 100us) << "down to the base, and never under it";
 }
 
 TEST(BusyPollWindow, AQuietAfterABurstKeepsWhatTheBurstsGapsNeeded) {
   BusyPollWindow w(100us, 1000us);
-  w.Woke(900us);
-  w.Woke(5ms);
-  ASSERT_EQ(w.window(), 1000us);
-  // A step of a pipeline: its calls came up to 600 µs apart and found the
+  w.Woke(400us);
+  ASSERT_EQ(w.window(), 500us);
+  // A step of a pipeline: its calls came up to 450 µs apart and found the
   // thread polling, then the step's compute kept it quiet for 5 ms.
   w.Caught(200us);
-  w.Caught(600us);
+  w.Caught(450us);
   w.Woke(5ms);
-  EXPECT_EQ(w.window(), 750us) << "600 µs and a quarter, not half of 1 ms";
-  w.Caught(100us);
-  w.Woke(5ms);
-  EXPECT_EQ(w.window(), 375us) << "the last burst needed less: halved";
-  w.Woke(5ms);  // a lone frame: nothing needed since the last quiet
-  EXPECT_EQ(w.window(), 187500ns);
+  EXPECT_EQ(w.window(), 500us) << "450 µs and a quarter: not halved";
+  w.Woke(5ms);  // a lone frame: only a fading memory of the 450 µs gaps
+  EXPECT_LT(w.window(), 500us);
+  EXPECT_GT(w.window(), 250us) << "faded, not halved";
+  const auto faded = w.window();
   w.Caught(900us);  // never grows on a quiet's wake: only a miss grows it
   w.Woke(5ms);
-  EXPECT_EQ(w.window(), 187500ns);
+  EXPECT_EQ(w.window(), faded);
 }
 
 // Gaps on both sides of the cap, as between the iterations of work that
@@ -82,13 +81,25 @@ TEST(BusyPollWindow, GapsThatStraddleTheCapKeepTheCap) {
     w.Woke(1100us);  // just past the cap: slept, and woken
     EXPECT_EQ(w.window(), 1000us) << "the 900 µs gap before it still needs it, round " << i;
     w.Caught(50us);
+    ASSERT_GE(w.window(), 900us);
     w.Caught(900us);  // found the thread polling
   }
-  // Past the cap twice with nothing in between that needed more than 50 µs.
-  w.Woke(1100us);
-  w.Caught(50us);
-  w.Woke(1100us);
-  EXPECT_EQ(w.window(), 500us);
+}
+
+// A rhythm whose long gap varies from one period to the next (600 µs, then
+// 400, then 600 ...), each period followed by a quiet: the window keeps
+// what the longer gaps needed, where forgetting them at each quiet left it
+// fitted to the last period alone, and the next longer gap missed.
+TEST(BusyPollWindow, ARhythmThatVariesKeepsWhatItsLongerGapsNeeded) {
+  BusyPollWindow w(100us, 1000us);
+  w.Woke(600us);
+  w.Woke(5ms);
+  for (int i = 0; i < 20; ++i) {
+    const auto gap = i % 2 == 0 ? 400us : 600us;
+    EXPECT_GE(w.window(), gap) << "period " << i << ": the gap would find the thread asleep";
+    w.Caught(gap);
+    w.Woke(5ms);
+  }
 }
 
 TEST(BusyPollWindow, StaysAtTheBaseWhenTheCapLeavesNoRoom) {
