@@ -168,8 +168,9 @@ const std::vector<OptionSpec> kOptions = {
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_us, v); }},
     {"busy-poll-max-us", "GPUBROKER_BUSY_POLL_MAX_US", "busy_poll_max_us", "MICROSECONDS", "1000",
      "The longest that busy poll grows to: while frames keep coming soon after it ran out (a "
-     "pipeline's steady rhythm), the window grows to cover their gaps, up to this; after a "
-     "longer gap it halves back toward --busy-poll-us. Costs up to one of the daemon's CPUs "
+     "pipeline's steady rhythm), the window grows to cover their gaps, up to this; after "
+     "longer gaps it shrinks back toward --busy-poll-us (by halves, but not under what the "
+     "recent gaps within this needed). Costs up to one of the daemon's CPUs "
      "while such traffic lasts (gpubroker_session_busy_poll_seconds_total); at or under "
      "--busy-poll-us: the window stays --busy-poll-us.",
      [](DaemonOptions& o, std::string_view v) { return SetCount(o.busy_poll_max_us, v); }},
