@@ -25,6 +25,18 @@ using namespace std::chrono_literals;
 
 bool Exists(const std::string& path) { return std::filesystem::exists(path); }
 
+// session.sock's thread's turns, and its busy poll (docs/monitoring.md).
+const char kTurnsAsleep[] = "gpubroker_session_turns_total{thread=\"asleep\"}";
+const char kTurnsPolling[] = "gpubroker_session_turns_total{thread=\"polling\"}";
+const char kBusyPollWindow[] = "gpubroker_session_busy_poll_window_seconds";
+
+// One buffer through session.sock: made, sealed (a Publish, answered), released.
+void AllocSealRelease(Helper& h, const std::string& name) {
+  h.Ok("alloc a 8192 name=" + name);
+  h.Ok("seal a");
+  h.Ok("release a");
+}
+
 // Runs gpubrokerd to completion (for options that make it exit at once).
 int RunDaemon(std::vector<std::string> args, std::string* output, const std::string& dir) {
   args.insert(args.begin(), BinDir() + "/gpubrokerd");
@@ -242,11 +254,7 @@ TEST(Lifecycle, AnIdleDaemonSleepsAfterItsBusyPoll) {
   Daemon daemon({"--busy-poll-us", "5000"});
   ASSERT_TRUE(daemon.ok());
   Helper h(daemon.socket_dir());
-  for (int i = 0; i < 20; ++i) {
-    h.Ok("alloc a 8192 name=idle" + std::to_string(i));
-    h.Ok("seal a");
-    h.Ok("release a");
-  }
+  for (int i = 0; i < 20; ++i) AllocSealRelease(h, "idle" + std::to_string(i));
   std::this_thread::sleep_for(100ms);
   const double before = CpuSeconds(daemon.pid());
   std::this_thread::sleep_for(1s);
@@ -259,15 +267,12 @@ TEST(Lifecycle, AnIdleDaemonSleepsAfterItsBusyPoll) {
 // found it asleep (a wake-up paid) or polling: what tells an operator whether
 // a longer --busy-poll-us would take the wake-up off the calls.
 TEST(Lifecycle, TurnsSayWhetherFramesFoundTheThreadAsleepOrPolling) {
-  const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
-  const std::string polling = "gpubroker_session_turns_total{thread=\"polling\"}";
+  const std::string asleep = kTurnsAsleep;
+  const std::string polling = kTurnsPolling;
   auto hand_over_ten = [](const Daemon& daemon) {
     Helper h(daemon.socket_dir());
-    for (int i = 0; i < 10; ++i) {
-      h.Ok("alloc a 8192 name=turn" + std::to_string(i));
-      h.Ok("seal a");  // a Publish, answered: one turn at least
-      h.Ok("release a");
-    }
+    // Each seal is a Publish, answered: one turn at least.
+    for (int i = 0; i < 10; ++i) AllocSealRelease(h, "turn" + std::to_string(i));
   };
   {
     Daemon daemon({"--busy-poll-us", "0"});  // never polls: every frame wakes it
@@ -293,15 +298,11 @@ TEST(Lifecycle, TurnsSayWhetherFramesFoundTheThreadAsleepOrPolling) {
 // polling; when they stop, the thread still goes to sleep; and lone calls
 // after it (nothing that needs the window) let it fade back.
 TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
-  const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
-  const std::string polling = "gpubroker_session_turns_total{thread=\"polling\"}";
-  const std::string window = "gpubroker_session_busy_poll_window_seconds";
+  const std::string asleep = kTurnsAsleep;
+  const std::string polling = kTurnsPolling;
+  const std::string window = kBusyPollWindow;
   const std::string polled = "gpubroker_session_busy_poll_seconds_total";
-  auto step = [](Helper& h, int i) {
-    h.Ok("alloc a 8192 name=step" + std::to_string(i));
-    h.Ok("seal a");
-    h.Ok("release a");
-  };
+  auto step = [](Helper& h, int i) { AllocSealRelease(h, "step" + std::to_string(i)); };
   auto every_5ms = [&](Helper& h, int steps) {
     for (int i = 0; i < steps; ++i) {
       step(h, i);
@@ -361,16 +362,12 @@ TEST(Lifecycle, TheBusyPollGrowsToAPipelinesRhythmAndSleepsWhenItStops) {
 // window that the gap under it needed (busy_poll.h), where halving it there
 // made every gap under the cap miss too.
 TEST(Lifecycle, GapsThatStraddleTheBusyPollsCapFindTheThreadPollingUnderIt) {
-  const std::string asleep = "gpubroker_session_turns_total{thread=\"asleep\"}";
-  const std::string window = "gpubroker_session_busy_poll_window_seconds";
+  const std::string asleep = kTurnsAsleep;
+  const std::string window = kBusyPollWindow;
   Daemon daemon({"--busy-poll-us", "50", "--busy-poll-max-us", "20000"});
   ASSERT_TRUE(daemon.ok());
   Helper h(daemon.socket_dir());
-  auto step = [&h](int i) {
-    h.Ok("alloc a 8192 name=straddle" + std::to_string(i));
-    h.Ok("seal a");
-    h.Ok("release a");
-  };
+  auto step = [&h](int i) { AllocSealRelease(h, "straddle" + std::to_string(i)); };
   constexpr int kRounds = 12;
   step(0);
   std::this_thread::sleep_for(12ms);  // under the cap: grows the window to cover it
