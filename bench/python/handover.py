@@ -365,8 +365,10 @@ def compare_busy_poll(backend: str, sizes: List[int], args: argparse.Namespace,
     for label, by_case in seen.items():
         for case, by_value in by_case.items():
             for v, cell in by_value.items():
+                # The medians keep their rounds' precision (p50s to 0.01 µs, ratios
+                # to 0.01), so that they stay between their rounds' values.
                 out.setdefault(label, {}).setdefault(case, {})[v] = {
-                    "us": cell["us"], "median_us": round(statistics.median(cell["us"]), 1),
+                    "us": cell["us"], "median_us": round(statistics.median(cell["us"]), 2),
                     "ratios": cell["ratio"],
                     "median_ratio": round(statistics.median(cell["ratio"]), 2)
                     if cell["ratio"] else None}  # fmt: skip
