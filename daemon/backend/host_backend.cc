@@ -11,7 +11,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "common/refusal.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -19,45 +23,143 @@
 #include "common/unix_socket.h"
 #include "daemon/backend/leased_range.h"
 #include "daemon/backend/range_allocator.h"
+#include "daemon/backend/region_table.h"
 #include "spdlog/spdlog.h"
 
 namespace gpubroker {
 
-// One tenant's memfd, exported to the tenant's clients as a region.
+// One tenant's memfd, exported to the tenant's clients as a region. It goes
+// (Arenas::RetireIfIdle) once it is empty and no live session holds its
+// descriptor; a take from it after that finds it retired.
 class HostBackend::Arena final : public ExportedRegion {
  public:
-  Arena(std::string tenant, UniqueFd fd, uint64_t size)
-      : tenant_(std::move(tenant)), fd_(std::move(fd)), size_(size), ranges_(size) {}
+  Arena(std::string tenant, UniqueFd fd, uint64_t size, std::weak_ptr<Arenas> arenas)
+      : tenant_(std::move(tenant)),
+        fd_(std::move(fd)),
+        size_(size),
+        arenas_(std::move(arenas)),
+        ranges_(size) {}
 
   absl::StatusOr<FdGrant> Export() const override {
     GPUBROKER_ASSIGN_OR_RETURN(UniqueFd copy, DupFd(fd_.get()));
     return FdGrant{std::move(copy), FdKind::kHostArena, size_, "host"};
   }
+  // The last session that fetched the descriptor has ended.
+  void Unheld() const override { RetireIfIdle(); }
 
   RegionId id() const { return id_; }
   void set_id(RegionId id) { id_ = id; }
   int fd() const { return fd_.get(); }
   const std::string& tenant() const { return tenant_; }
 
-  std::optional<uint64_t> Take(uint64_t bytes, uint64_t* largest_free) {
+  /// An offset for `bytes`; none with `*largest_free` set when no free range
+  /// fits, or with `*retired` set when the arena has gone.
+  std::optional<uint64_t> Take(uint64_t bytes, uint64_t* largest_free, bool* retired) {
     absl::MutexLock lock(&mu_);
+    if (retired_) {
+      *retired = true;
+      return std::nullopt;
+    }
     auto offset = ranges_.Allocate(bytes);
     if (!offset) *largest_free = ranges_.largest_free_range();
     return offset;
   }
   void Give(uint64_t offset, uint64_t bytes) {
+    bool empty = false;
+    {
+      absl::MutexLock lock(&mu_);
+      ranges_.Free(offset, bytes);
+      empty = ranges_.free_bytes() == ranges_.capacity();
+    }
+    if (empty) RetireIfIdle();
+  }
+
+  /// Marks the arena gone where it is empty and `holders` (the live sessions
+  /// that fetched its descriptor) is 0; true if this call did.
+  bool Retire(uint32_t holders) const {
     absl::MutexLock lock(&mu_);
-    ranges_.Free(offset, bytes);
+    if (retired_ || holders > 0 || ranges_.free_bytes() != ranges_.capacity()) return false;
+    retired_ = true;
+    return true;
+  }
+  bool retired() const {
+    absl::MutexLock lock(&mu_);
+    return retired_;
   }
 
  private:
+  void RetireIfIdle() const;
+
   const std::string tenant_;
   const UniqueFd fd_;
   const uint64_t size_;
+  const std::weak_ptr<Arenas> arenas_;  // gone with the backend
   RegionId id_ = 0;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   RangeAllocator ranges_ ABSL_GUARDED_BY(mu_);
+  mutable bool retired_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// The tenants' arenas, and the table through which their clients fetch them.
+// A tenant keeps its arena while it has buffers in it or live clients that
+// mapped it; then the arena goes. So a node that sees many tenants come and
+// go (a pod whose uids map to a range of the host's is a tenant of its own)
+// does not keep a memfd, uncounted by the descriptor budget, for each tenant
+// it ever served.
+class HostBackend::Arenas : public std::enable_shared_from_this<HostBackend::Arenas> {
+ public:
+  explicit Arenas(uint64_t capacity) : capacity_(capacity) {}
+
+  /// `tenant`'s arena, made where it has none (or its last has gone).
+  absl::StatusOr<std::shared_ptr<Arena>> For(const std::string& tenant) {
+    absl::MutexLock lock(&mu_);
+    auto it = by_tenant_.find(tenant);
+    if (it != by_tenant_.end() && !it->second->retired()) return it->second;
+    // The arena spans the whole capacity; memfds are sparse, so only pages in
+    // use cost memory.
+    GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd,
+                               CreateSealedMemfd(StrCat("gpubroker:", tenant), capacity_));
+    auto arena = std::make_shared<Arena>(tenant, std::move(fd), capacity_, weak_from_this());
+    arena->set_id(regions.Add(tenant, arena));
+    by_tenant_[tenant] = arena;
+    spdlog::info("host backend: arena {} for tenant '{}' ({} of address space)", arena->id(),
+                 tenant, FormatBytes(capacity_));
+    return arena;
+  }
+
+  /// Takes `arena` out (no longer exported, its memfd closed with the last
+  /// reference) if it is empty and no live session holds its descriptor.
+  void RetireIfIdle(const Arena& arena) {
+    if (!arena.Retire(regions.Holders(arena.id()))) return;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = by_tenant_.find(arena.tenant());
+      if (it != by_tenant_.end() && it->second.get() == &arena) by_tenant_.erase(it);
+    }
+    regions.Remove(arena.id());
+    spdlog::info("host backend: arena {} of tenant '{}' closed (empty, unmapped)", arena.id(),
+                 arena.tenant());
+  }
+
+  std::vector<std::shared_ptr<Arena>> All() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::shared_ptr<Arena>> out;
+    out.reserve(by_tenant_.size());
+    for (const auto& [tenant, arena] : by_tenant_) out.push_back(arena);
+    return out;
+  }
+
+  RegionTable regions;
+
+ private:
+  const uint64_t capacity_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Arena>> by_tenant_ ABSL_GUARDED_BY(mu_);
+};
+
+void HostBackend::Arena::RetireIfIdle() const {
+  if (auto arenas = arenas_.lock()) arenas->RetireIfIdle(*this);
+}
 
 // The memfds of live buffers shared across tenants: what they hold counts as
 // reserved memory.
@@ -230,7 +332,8 @@ HostBackend::HostBackend(uint64_t capacity, uint64_t own_memfd_threshold)
       page_size_(static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))),
       lent_(std::make_shared<CapacityGuard>(capacity, "host pool")),
       own_memfds_(std::make_shared<OwnMemfds>()),
-      kept_(std::make_shared<KeptAllocations>()) {
+      kept_(std::make_shared<KeptAllocations>()),
+      arenas_(std::make_shared<Arenas>(capacity)) {
   struct sysinfo si {};
   uint64_t total = 0;
   if (::sysinfo(&si) == 0) total = static_cast<uint64_t>(si.totalram) * si.mem_unit;
@@ -250,20 +353,21 @@ uint64_t HostBackend::RoundedSize(int /*device*/, uint64_t size, bool /*isolated
   return RoundUp(size, page_size_);
 }
 
-absl::StatusOr<std::shared_ptr<HostBackend::Arena>> HostBackend::ArenaFor(
-    const std::string& tenant) {
-  absl::MutexLock lock(&mu_);
-  if (auto it = arenas_.find(tenant); it != arenas_.end()) return it->second;
-  // The arena spans the whole capacity; memfds are sparse, so only pages in
-  // use cost memory.
-  GPUBROKER_ASSIGN_OR_RETURN(UniqueFd fd,
-                             CreateSealedMemfd(StrCat("gpubroker:", tenant), capacity_));
-  auto arena = std::make_shared<Arena>(tenant, std::move(fd), capacity_);
-  arena->set_id(regions_.Add(tenant, arena));
-  arenas_[tenant] = arena;
-  spdlog::info("host backend: arena {} for tenant '{}' ({} of address space)", arena->id(), tenant,
-               FormatBytes(capacity_));
-  return arena;
+absl::StatusOr<std::pair<std::shared_ptr<HostBackend::Arena>, uint64_t>> HostBackend::TakeFromArena(
+    const std::string& tenant, uint64_t bytes, std::string_view what) {
+  for (;;) {
+    GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<Arena> arena, arenas_->For(tenant));
+    uint64_t largest = 0;
+    bool retired = false;
+    if (const std::optional<uint64_t> offset = arena->Take(bytes, &largest, &retired)) {
+      return std::make_pair(std::move(arena), *offset);
+    }
+    // Gone between the look-up and the take (emptied and unmapped): the
+    // tenant's next arena serves.
+    if (retired) continue;
+    return OutOfMemoryRefusal(StrCat("host pool of tenant '", tenant, "' fragmented: ", what, " ",
+                                     bytes, " bytes, largest free range ", largest));
+  }
 }
 
 absl::Status HostBackend::MakeRoom(uint64_t bytes, bool may_wait) {
@@ -277,15 +381,8 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::Allocate(const Alloc
   }
   GPUBROKER_RETURN_IF_ERROR(MakeRoom(bytes, req.may_wait));
   GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, lent_->Take(bytes));
-  GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<Arena> arena, ArenaFor(req.tenant));
-  uint64_t largest = 0;
-  const std::optional<uint64_t> offset = arena->Take(claim.bytes(), &largest);
-  if (!offset) {
-    return OutOfMemoryRefusal(StrCat("host pool of tenant '", req.tenant,
-                                     "' fragmented: requested ", claim.bytes(),
-                                     " bytes, largest free range ", largest));
-  }
-  return std::make_unique<ArenaBuffer>(std::move(arena), std::move(claim), *offset);
+  GPUBROKER_ASSIGN_OR_RETURN(auto taken, TakeFromArena(req.tenant, claim.bytes(), "requested"));
+  return std::make_unique<ArenaBuffer>(std::move(taken.first), std::move(claim), taken.second);
 }
 
 uint64_t HostBackend::RangeLimit(int /*device*/) const {
@@ -298,18 +395,13 @@ absl::StatusOr<std::unique_ptr<LeasedRange>> HostBackend::LeaseRange(const Range
   const uint64_t length = RoundUp(req.length, page_size_);
   GPUBROKER_RETURN_IF_ERROR(MakeRoom(length, req.may_wait));
   GPUBROKER_ASSIGN_OR_RETURN(CapacityGuard::Claim claim, lent_->Take(length));
-  GPUBROKER_ASSIGN_OR_RETURN(std::shared_ptr<Arena> arena, ArenaFor(req.tenant));
-  uint64_t largest = 0;
-  const std::optional<uint64_t> offset = arena->Take(length, &largest);
-  if (!offset) {
-    return OutOfMemoryRefusal(StrCat("host pool of tenant '", req.tenant,
-                                     "' fragmented: a range of ", length,
-                                     " bytes, largest free range ", largest));
-  }
+  GPUBROKER_ASSIGN_OR_RETURN(auto taken, TakeFromArena(req.tenant, length, "a range of"));
+  std::shared_ptr<Arena> arena = std::move(taken.first);
+  const uint64_t offset = taken.second;
   ImportInfo info;
   info.kind = ImportKind::kHostArena;
   info.region_id = arena->id();
-  info.offset = *offset;
+  info.offset = offset;
   info.mapped_size = length;
   info.device_uuid = "host";
   // The range's claim on the capacity shrinks as its spans come back.
@@ -324,7 +416,7 @@ absl::StatusOr<std::unique_ptr<LeasedRange>> HostBackend::LeaseRange(const Range
   }
   // A span that comes back is punched out (its pages return to the kernel,
   // and the next buffer there starts zeroed) before it can be handed out again.
-  auto free_span = [arena, held, base = *offset](uint64_t at, uint64_t size) {
+  auto free_span = [arena, held, base = offset](uint64_t at, uint64_t size) {
     PunchHole(arena->fd(), base + at, size);
     arena->Give(base + at, size);
     absl::MutexLock lock(&held->mu);
@@ -367,19 +459,18 @@ absl::StatusOr<std::unique_ptr<BackendBuffer>> HostBackend::AllocateOwn(
 }
 
 absl::StatusOr<FdGrant> HostBackend::ExportRegion(RegionId region, std::string_view tenant) {
-  return regions_.Export(region, tenant);
+  return arenas_->regions.Export(region, tenant);
 }
+
+void HostBackend::RegionHeld(RegionId region) { arenas_->regions.AddHolder(region); }
+
+void HostBackend::RegionUnheld(RegionId region) { arenas_->regions.DropHolder(region); }
 
 DeviceUsage HostBackend::Usage(int /*device*/) const {
   DeviceUsage u;
   u.capacity_bytes = capacity_;
   u.used_bytes = lent_->used();
-  std::vector<std::shared_ptr<Arena>> arenas;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [tenant, arena] : arenas_) arenas.push_back(arena);
-  }
-  for (const auto& arena : arenas) u.reserved_bytes += AllocatedBytes(arena->fd());
+  for (const auto& arena : arenas_->All()) u.reserved_bytes += AllocatedBytes(arena->fd());
   own_memfds_->ForEach([&](int fd) { u.reserved_bytes += AllocatedBytes(fd); });
   u.kept_bytes = kept_->bytes();
   u.unmapping_bytes = kept_->draining_bytes();

@@ -3,14 +3,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "daemon/backend/backend.h"
 #include "daemon/backend/capacity_guard.h"
-#include "daemon/backend/region_table.h"
 
 namespace gpubroker {
 
@@ -46,12 +44,18 @@ class HostBackend final : public Backend {
   uint64_t QuickAllocationLimit() const override { return own_memfd_threshold_; }
   void SetMappingHolders(MappingHolders* holders) override { kept_->set_holders(holders); }
   void AllocationUnheld(AllocationId id) override { kept_->Unheld(id); }
+  void RegionHeld(RegionId region) override;
+  void RegionUnheld(RegionId region) override;
 
   class Arena;      // one tenant's memfd and its range allocator
+  class Arenas;     // the tenants' arenas: made on first use, gone once empty and unmapped
   class OwnMemfds;  // the memfds of buffers with one of their own, for Usage
 
  private:
-  absl::StatusOr<std::shared_ptr<Arena>> ArenaFor(const std::string& tenant);
+  /// Room for `bytes` in `tenant`'s arena: the arena and the offset, or the
+  /// refusal, in whose words `what` names what was asked ("requested", "a range of").
+  absl::StatusOr<std::pair<std::shared_ptr<Arena>, uint64_t>> TakeFromArena(
+      const std::string& tenant, uint64_t bytes, std::string_view what);
   /// A buffer with a memfd of its own (shared across tenants, or large).
   absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateOwn(const AllocationRequest& req);
   /// Room for `bytes` more in the pool beside the kept memfds (KeptAllocations::MakeRoom).
@@ -64,10 +68,7 @@ class HostBackend final : public Backend {
   std::shared_ptr<CapacityGuard> lent_;
   std::shared_ptr<OwnMemfds> own_memfds_;
   std::shared_ptr<KeptAllocations> kept_;  // freed memfds of their own, for the next buffer
-  RegionTable regions_;
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Arena>> arenas_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Arenas> arenas_;         // shared with the arenas, which outlive it in buffers
 };
 
 /// Creates a sealed (no shrink, no grow) memfd of `size` bytes.

@@ -9,7 +9,8 @@
 //   alloc N SIZE [share=T1,T2] [keep] [name=PREFIX]
 //                             N allocations through the client library, held
 //   release                   drop every buffer held
-//   touch-arena               a session that allocates one byte and leaves
+//   keep-in-arena             a session that keeps one byte in its tenant's arena (a buffer
+//                             that outlives it) and leaves
 //   pipeline NAME N           N Opens of NAME on one raw session, sent before reading any answer
 //   fdflood N                 N requests for the session's pool descriptor, sent before reading
 //   status                    Status through the client library, as JSON
@@ -327,9 +328,11 @@ std::string Run(State& st, const std::string& line) {
     st.buffers.clear();
     return "ok";
   }
-  if (cmd == "touch-arena") {
+  if (cmd == "keep-in-arena") {
     auto client = gpubroker::Client::connect(st.dir, {"adversary"});
-    client.allocate(1).release();
+    gpubroker::AllocateOptions keep;
+    keep.keep = true;
+    client.allocate(1, keep).release();
     return "ok";
   }
   if (cmd == "pipeline") return Pipeline(st, w.at(1), std::stoi(w.at(2)));

@@ -128,10 +128,10 @@ TEST(Descriptors, TheSoftLimitIsRaisedToTheHardLimit) {
   EXPECT_GT(daemon.Metric("process_open_fds"), 0);
 }
 
-// The descriptors that nothing charges (a tenant's arena is one) can still
-// run the daemon out: then it must turn connections away through its reserve
-// descriptor and pause accepting, not spin on a listener that stays
-// readable, and both sockets must serve again once the pressure is gone.
+// The descriptors that nothing charges (a tenant's arena, held by a buffer
+// that outlives the tenant's sessions, is one) can still run the daemon out: then it must turn
+// connections away through its reserve descriptor and pause accepting, not spin on a listener that
+// stays readable, and both sockets must serve again once the pressure is gone.
 TEST(Descriptors, ExhaustionIsShedWithoutSpinningAndBothSocketsServeAgain) {
   SKIP_UNLESS_USERS();
 #ifdef GPUBROKER_SANITIZED
@@ -158,13 +158,13 @@ TEST(Descriptors, ExhaustionIsShedWithoutSpinningAndBothSocketsServeAgain) {
     }
     return free;
   };
-  // One arena per tenant: tenants of many uids fill the table until one
-  // client fits and no more.
+  // One arena per tenant, kept by its buffer: tenants of many uids fill the
+  // table until one client fits and no more.
   int uid = 61000;
   while (free_at_rest() > kOneClient && uid < 61000 + kLimit) {
     Adversary tenant(daemon.socket_dir(), uid++);
     ASSERT_TRUE(tenant.ok());
-    EXPECT_EQ(tenant.Send("touch-arena", 10s), "ok");
+    EXPECT_EQ(tenant.Send("keep-in-arena", 10s), "ok");
   }
   ASSERT_EQ(free_at_rest(), kOneClient);
 

@@ -202,5 +202,72 @@ TEST(Reclaim, ASessionsEndAndItsReclaimAreSeenTogetherByEveryScrape) {
   EXPECT_EQ(daemon.Metric(kReclaimedDied), kClients * kBytes);
 }
 
+// A tenant's host arena (one memfd) lasts while the tenant has buffers in it
+// or live clients that mapped it, then goes: a node that sees many tenants
+// come and go (a pod whose uids map to a range of the host's is a tenant of
+// its own) keeps no descriptor for each tenant it ever served.
+TEST(Reclaim, ATenantsArenaGoesOnceItIsEmptyAndNoClientMapsIt) {
+  if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ok());
+  // Counted with no session open and the count settled (a session's socket
+  // and its tenant's wake board go as its end is handled).
+  auto at_rest = [&] {
+    EXPECT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 0; }, 10s));
+    int fds = OpenDescriptors(daemon.pid());
+    for (int again = -1; again != fds; fds = again) {
+      std::this_thread::sleep_for(50ms);
+      again = OpenDescriptors(daemon.pid());
+    }
+    return fds;
+  };
+  const int before = at_rest();
+  constexpr int kTenants = 8;
+  for (int i = 0; i < kTenants; ++i) {
+    // Client-made blocks in a leased range and a buffer of the daemon's,
+    // both in the tenant's arena; half the clients die holding them.
+    Helper client(daemon.socket_dir(), 61100 + i);
+    ASSERT_TRUE(client.ok());
+    client.Ok("alloc a 4096");
+    client.Ok("alloc b 65536 publish");
+    if (i % 2 == 0) {
+      client.Kill9();
+    } else {
+      client.Ok("release a");
+      client.Ok("release b");
+      EXPECT_EQ(client.Exit(), 0);
+    }
+  }
+  EXPECT_EQ(at_rest(), before);
+  EXPECT_TRUE(Eventually([&] {
+    const std::string log = daemon.log();
+    size_t closed = 0;
+    for (size_t at = log.find("(empty, unmapped)"); at != std::string::npos;
+         at = log.find("(empty, unmapped)", at + 1)) {
+      closed++;
+    }
+    return closed == kTenants;
+  })) << daemon.log();
+
+  // While a client maps it, its tenant's arena stays, empty or not: the
+  // client's next buffer is in memory it has mapped already.
+  Helper held(daemon.socket_dir(), 61200, /*suballocate=*/false);
+  held.Ok("alloc a 4096");
+  held.Ok("release a");
+  held.Ok("alloc b 4096");
+  EXPECT_EQ(held.Stat("maps_imported"), 1);
+  EXPECT_EQ(held.Stat("maps_mapped"), 1);
+  // A buffer that outlives its session keeps the arena too, until it is freed.
+  held.Ok("alloc k 4096 name=kept keep");
+  held.Ok("seal k");
+  EXPECT_EQ(held.Exit(), 0);
+  const int kept = at_rest();
+  EXPECT_EQ(kept, before + 1);
+  Helper freer(daemon.socket_dir(), 61200);
+  freer.Ok("free kept");
+  EXPECT_EQ(freer.Exit(), 0);
+  EXPECT_EQ(at_rest(), before);
+}
+
 }  // namespace
 }  // namespace gpubroker::testing

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "common/refusal.h"
 #include "daemon/backend/host_backend.h"
@@ -199,6 +202,7 @@ TEST(HostBackend, FreedRangesAreZeroedAndTheirPagesReleased) {
   ASSERT_TRUE(buffer.ok());
   const ImportInfo info = (*buffer)->import_info();
   auto pool = backend.ExportRegion(info.region_id, "t");
+  backend.RegionHeld(info.region_id);  // as a session that received it: the arena stays
   auto* p = static_cast<unsigned char*>(Map(pool->fd.get(), info.offset, info.mapped_size));
   std::memset(p, 0xee, info.mapped_size);
   EXPECT_GE(backend.Usage(0).reserved_bytes, info.mapped_size);
@@ -211,6 +215,67 @@ TEST(HostBackend, FreedRangesAreZeroedAndTheirPagesReleased) {
   p = static_cast<unsigned char*>(Map(pool->fd.get(), info.offset, info.mapped_size));
   for (uint64_t i = 0; i < info.mapped_size; ++i) ASSERT_EQ(p[i], 0) << "at " << i;
   munmap(p, info.mapped_size);
+}
+
+TEST(HostBackend, ATenantsArenaGoesOnceEmptyAndNoSessionHoldsIt) {
+  HostBackend backend(1 << 20);
+  auto a = backend.Allocate({0, "t", 4096, false});
+  ASSERT_TRUE(a.ok()) << a.status();
+  const RegionId arena = (*a)->import_info().region_id;
+  backend.RegionHeld(arena);  // a session received its descriptor
+  a->reset();
+  EXPECT_TRUE(backend.ExportRegion(arena, "t").ok()) << "a session may still map it";
+  auto b = backend.Allocate({0, "t", 4096, false});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->import_info().region_id, arena);
+  b->reset();
+  EXPECT_TRUE(backend.ExportRegion(arena, "t").ok());
+  backend.RegionUnheld(arena);
+  EXPECT_EQ(backend.ExportRegion(arena, "t").status().code(), absl::StatusCode::kNotFound);
+  // The tenant's next buffer is in a new arena; one nobody received goes as
+  // soon as its last buffer does, and a leased range keeps it as a buffer does.
+  auto c = backend.Allocate({0, "t", 4096, false});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RegionId second = (*c)->import_info().region_id;
+  EXPECT_NE(second, arena) << "region ids are never reused";
+  auto range = backend.LeaseRange(RangeRequest{0, "t", 64 * 1024});
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ((*range)->import_info().region_id, second);
+  c->reset();
+  EXPECT_TRUE(backend.ExportRegion(second, "t").ok()) << "the range is still in it";
+  range->reset();
+  EXPECT_EQ(backend.ExportRegion(second, "t").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(backend.Usage(0).used_bytes, 0u);
+  // Another tenant's arena is its own: it neither keeps nor loses this one.
+  auto other = backend.Allocate({0, "u", 4096, false});
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto d = backend.Allocate({0, "t", 4096, false});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NE((*d)->import_info().region_id, (*other)->import_info().region_id);
+}
+
+// Buffers of one tenant made and freed from several threads at once, the
+// arena going and coming between them: each is served from an arena that its
+// tenant's clients can fetch for as long as the buffer lives.
+TEST(HostBackend, ArenasThatGoAndComeServeEveryBufferFromALiveOne) {
+  HostBackend backend(64 << 20);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 500;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kRounds; ++i) {
+        auto b = backend.Allocate({0, "t", 4096, false});
+        if (!b.ok() || !backend.ExportRegion((*b)->import_info().region_id, "t").ok()) {
+          failures++;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(backend.Usage(0).used_bytes, 0u);
 }
 
 TEST(HostBackend, IsolatedFdExposesNothingBeyondItsBuffer) {
