@@ -129,9 +129,10 @@ TEST(Descriptors, TheSoftLimitIsRaisedToTheHardLimit) {
 }
 
 // The descriptors that nothing charges (a tenant's arena, held by a buffer
-// that outlives the tenant's sessions, is one) can still run the daemon out: then it must turn
-// connections away through its reserve descriptor and pause accepting, not spin on a listener that
-// stays readable, and both sockets must serve again once the pressure is gone.
+// that outlives the tenant's sessions, is one) can still run the daemon out:
+// then it must turn connections away through its reserve descriptor and
+// pause accepting, not spin on a listener that stays readable, and both
+// sockets must serve again once the pressure is gone.
 TEST(Descriptors, ExhaustionIsShedWithoutSpinningAndBothSocketsServeAgain) {
   SKIP_UNLESS_USERS();
 #ifdef GPUBROKER_SANITIZED
@@ -151,12 +152,7 @@ TEST(Descriptors, ExhaustionIsShedWithoutSpinningAndBothSocketsServeAgain) {
   // and the connection that read the metrics gone, none counted as kept.
   auto free_at_rest = [&] {
     EXPECT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 0; }, 10s));
-    int free = FreeDescriptors(daemon.pid(), kLimit);
-    for (int again = -1; again != free; free = again) {
-      std::this_thread::sleep_for(50ms);
-      again = FreeDescriptors(daemon.pid(), kLimit);
-    }
-    return free;
+    return Settled([&] { return FreeDescriptors(daemon.pid(), kLimit); });
   };
   // One arena per tenant, kept by its buffer: tenants of many uids fill the
   // table until one client fits and no more.

@@ -491,6 +491,15 @@ int FreeDescriptors(pid_t pid, int limit) {
                                                 [limit](int fd) { return fd < limit; }));
 }
 
+int Settled(const std::function<int()>& count) {
+  int now = count();
+  for (int again = -1; again != now; now = again) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    again = count();
+  }
+  return now;
+}
+
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {

@@ -206,6 +206,10 @@ std::vector<std::string> InPodNamespaces(const std::string& socket_dir);
 bool Eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+/// `count()` once two looks 50 ms apart agree: a figure (a process's
+/// descriptors, say) that settles as a daemon finishes what it was handling.
+int Settled(const std::function<int()>& count);
+
 bool IsRoot();
 
 /// The source tree (scripts and files that tests read).

@@ -214,12 +214,7 @@ TEST(Reclaim, ATenantsArenaGoesOnceItIsEmptyAndNoClientMapsIt) {
   // and its tenant's wake board go as its end is handled).
   auto at_rest = [&] {
     EXPECT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 0; }, 10s));
-    int fds = OpenDescriptors(daemon.pid());
-    for (int again = -1; again != fds; fds = again) {
-      std::this_thread::sleep_for(50ms);
-      again = OpenDescriptors(daemon.pid());
-    }
-    return fds;
+    return Settled([&] { return OpenDescriptors(daemon.pid()); });
   };
   const int before = at_rest();
   constexpr int kTenants = 8;
