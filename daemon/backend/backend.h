@@ -59,7 +59,7 @@ struct RangeRequest {
 
 /// A source of device memory: host (memfd arenas) or cuda (arena slabs,
 /// cudaMallocAsync IPC pools, cuMemCreate). Thread-safe; never called with
-/// the registry's lock held. A backend outlives the buffers it made.
+/// the registry's lock held, but for RegionHeld. A backend outlives the buffers it made.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -79,10 +79,12 @@ class Backend {
   /// when the region does not exist or belongs to another tenant.
   virtual absl::StatusOr<FdGrant> ExportRegion(RegionId region, std::string_view tenant) = 0;
 
-  /// A session received region `region`'s descriptor for its first time
-  /// (RegionHeld), or ended having received it (RegionUnheld): the sessions
-  /// that may have it mapped. A path may give a region that no buffer uses
-  /// back to the device once no session holds it. Unknown ids are ignored.
+  /// A session holds region `region` from now on (RegionHeld: it was told
+  /// of a buffer there, or received its descriptor), or ended holding it
+  /// (RegionUnheld): the sessions that may have it mapped. A path may give a
+  /// region that no buffer uses back to the device once no session holds it.
+  /// Unknown ids are ignored. RegionHeld only counts, and may be called under
+  /// the registry's lock (the one call that is).
   virtual void RegionHeld(RegionId /*region*/) {}
   virtual void RegionUnheld(RegionId /*region*/) {}
 

@@ -102,6 +102,22 @@ absl::StatusOr<int> Registry::ResolveDevice(const std::string& device) const {
 void Registry::GrantLease(Session& s, Buffer& b) {
   s.leases[b.view.id]++;
   b.view.leases++;
+  HoldRegionsOf(s, b);
+}
+
+// A session holds a region of its tenant from the first buffer it is told of
+// there, not only once it fetches the descriptor: a client fetches a fence
+// page at its first seal or wait, and a region that no buffer uses goes once
+// no session holds it, so a client that allocates and frees without sealing
+// would otherwise have its fence page made and given back each time. The
+// backend only counts here (RegionHeld never calls out), so this runs under
+// the lock, together with the grant that EndSession undoes.
+void Registry::HoldRegionsOf(Session& s, const Buffer& b) {
+  if (b.view.tenant != s.view.tenant) return;  // another tenant's: never fetched by it
+  const ImportInfo& info = b.memory->import_info();
+  for (const RegionId r : {info.region_id, info.fence_region_id}) {
+    if (r != 0 && s.regions.insert(r).second) backend_.RegionHeld(r);
+  }
 }
 
 void Registry::MarkFreed(Buffer& b, Answers& answers) {

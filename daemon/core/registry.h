@@ -355,7 +355,7 @@ class Registry final : public MappingHolders {
     SessionView view;
     absl::flat_hash_map<BufferId, uint32_t> leases;  // buffer -> lease count
     absl::flat_hash_set<BufferId> owned;
-    absl::flat_hash_set<RegionId> regions;  // whose descriptors it received
+    absl::flat_hash_set<RegionId> regions;  // held: named by its buffers, or fetched
     absl::flat_hash_set<RangeId> ranges;
     std::vector<ReturnedBlock> returned;       // not yet told to the client
     ClientCounters counters;                   // as last reported
@@ -442,6 +442,8 @@ class Registry final : public MappingHolders {
   /// The buffer as `tenant` may see it.
   static BufferView ViewFor(const Buffer& b, const std::string& tenant);
   void GrantLease(Session& s, Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session holds the regions of its tenant that `b`'s facts name.
+  void HoldRegionsOf(Session& s, const Buffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Its name goes; Opens waiting for it by id to be sealed are answered
   // NOT_FOUND (it never will be) through `answers`.
   void MarkFreed(Buffer& b, Answers& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

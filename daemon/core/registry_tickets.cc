@@ -89,6 +89,7 @@ absl::StatusOr<BufferGrant> Registry::Claim(SessionId session_id, const std::str
   }
   ForgetTicket(t);
   s->leases[b.view.id]++;  // the ticket's lease, moved: the buffer's count stays
+  HoldRegionsOf(*s, b);
   totals_.tickets_claimed++;
   BufferGrant grant{ViewFor(b, s->view.tenant), b.memory->import_info()};
   // Freed since (its owner let go, or ended) but complete: to the claimer

@@ -404,6 +404,7 @@ TEST_P(GpuPath, EmptySlabsGoBackOnceNoClientMapsThem) {
   ASSERT_TRUE(daemon.ok());
   Helper observer(daemon.socket_dir());
   auto reserved = [&] { return Device0(observer)["reserved_bytes"].get<uint64_t>(); };
+  const uint64_t before = reserved();
   auto owner = std::make_unique<Helper>(daemon.socket_dir());
   auto reader = std::make_unique<Helper>(daemon.socket_dir());
   owner->Ok("alloc x 4096 name=first");  // the tenant's first slab (64 MiB) and fence page
@@ -419,13 +420,102 @@ TEST_P(GpuPath, EmptySlabsGoBackOnceNoClientMapsThem) {
   EXPECT_EQ(reserved(), with_slab) << "the reader still maps it";
   EXPECT_EQ(reader->Exit(), 0);
   reader.reset();
-  ASSERT_TRUE(Eventually([&] { return reserved() == with_slab - 64 * kMiB; }))
-      << "reserved " << reserved() << ", with the slab " << with_slab;
+  // The slab and the fence page, both unused and unmapped, go.
+  ASSERT_GE(with_slab, before + 64 * kMiB);
+  ASSERT_TRUE(Eventually([&] { return reserved() == before; }))
+      << "reserved " << reserved() << ", with the slab " << with_slab << ", before " << before;
   // The tenant's next buffer gets a new slab, zeroed like any memory new to it.
   Helper next(daemon.socket_dir());
   next.Ok("alloc z 4096");
   EXPECT_EQ(next.Send("zeros z"), "ok");
   EXPECT_EQ(reserved(), with_slab);
+}
+
+// Lines of the daemon's log that hold `what`.
+int LogLines(const Daemon& daemon, const std::string& what) {
+  const std::string log = daemon.log();
+  int n = 0;
+  for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) n++;
+  return n;
+}
+
+// A tenant's fence page (one VMM allocation per tenant and device) and, on
+// the pool path, its CUDA pool go once no buffer of the tenant's uses them
+// and no live session holds them, however its clients ended: a node that
+// sees many tenants come and go keeps none of their device memory or
+// descriptors. While a client lives, they stay: allocating and freeing
+// without ever sealing makes no new page each time.
+TEST_P(GpuPath, ATenantsFencePageAndPoolGoOnceUnusedAndUnheld) {
+  SKIP_WITHOUT_GPU();
+  if (!IsRoot()) GTEST_SKIP() << "needs root to run helpers as other users";
+  Daemon daemon(Args());
+  ASSERT_TRUE(daemon.ok());
+  Helper observer(daemon.socket_dir());
+  auto reserved = [&] { return Device0(observer)["reserved_bytes"].get<uint64_t>(); };
+  auto at_rest = [&] {
+    EXPECT_TRUE(Eventually([&] { return daemon.Metric("gpubroker_sessions") == 1; }, 10s));
+    return Settled([&] { return OpenDescriptors(daemon.pid()); });
+  };
+  const uint64_t reserved_before = reserved();
+  const int fds_before = at_rest();
+  constexpr int kTenants = 4;
+  for (int i = 0; i < kTenants; ++i) {
+    // Every buffer the daemon's, so each takes a fence slot; the producer's
+    // seal and the consumer's stream wait map the page, the pool path's
+    // buffers its pool. Half the tenants' clients die holding them.
+    Helper producer(daemon.socket_dir(), 61300 + i, /*suballocate=*/false);
+    Helper consumer(daemon.socket_dir(), 61300 + i, /*suballocate=*/false);
+    ASSERT_TRUE(producer.ok() && consumer.ok());
+    producer.Ok("alloc a 1048576 name=fenced");
+    producer.Ok("fill a 5");
+    producer.Ok("seal a");
+    consumer.Ok("open b fenced");
+    EXPECT_EQ(consumer.Send("check b 5 stream"), "ok");
+    EXPECT_GT(reserved(), reserved_before);
+    if (i % 2 == 0) {
+      producer.Kill9();
+      consumer.Kill9();
+    } else {
+      consumer.Ok("release b");
+      producer.Ok("release a");
+      EXPECT_EQ(consumer.Exit(), 0);
+      EXPECT_EQ(producer.Exit(), 0);
+    }
+  }
+  EXPECT_TRUE(Eventually([&] { return reserved() == reserved_before; }))
+      << "reserved " << reserved() << ", before " << reserved_before;
+  EXPECT_EQ(at_rest(), fds_before);
+  EXPECT_TRUE(Eventually([&] {
+    return LogLines(daemon, "given back (no buffer, unmapped)") == kTenants;
+  })) << daemon.log();
+  if (GetParam() == "pool") {
+    EXPECT_EQ(LogLines(daemon, "destroyed (no buffer, unmapped)"), kTenants) << daemon.log();
+  }
+
+  // A live client keeps its tenant's page (and pool) between buffers, sealed
+  // or not; the tenant's next client after it gets fresh ones, zeroed.
+  {
+    Helper churner(daemon.socket_dir(), 61400, /*suballocate=*/false);
+    churner.Ok("alloc a 1048576");
+    const uint64_t with_page = reserved();
+    for (int i = 0; i < 20; ++i) {
+      churner.Ok("release a");
+      churner.Ok("alloc a 1048576");
+    }
+    EXPECT_EQ(reserved(), with_page);
+    churner.Ok("seal a");
+    churner.Ok("release a");
+    EXPECT_EQ(reserved(), with_page) << "the client maps the page";
+    EXPECT_EQ(LogLines(daemon, "given back (no buffer, unmapped)"), kTenants);
+    EXPECT_EQ(churner.Exit(), 0);
+  }
+  EXPECT_TRUE(Eventually([&] { return reserved() == reserved_before; }));
+  Helper next(daemon.socket_dir(), 61400, /*suballocate=*/false);
+  next.Ok("alloc z 1048576");
+  EXPECT_EQ(next.Send("zeros z"), "ok");
+  next.Ok("fill z 9");
+  next.Ok("seal z");
+  EXPECT_EQ(next.Send("check z 9 stream"), "ok");
 }
 
 TEST_P(GpuPath, EightProcessesFiveHundredCyclesLeaveThePoolAsItBegan) {

@@ -349,24 +349,117 @@ TEST(BackendTest_cuda_arena, EmptySlabsGoBackOnceNoSessionHoldsThem) {
   }
   if (!backend) GTEST_SKIP() << why;
   constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const uint64_t before = backend->Usage(0).reserved_bytes;
   auto a = backend->Allocate({0, "t", 1 * kMiB, false});
   ASSERT_TRUE(a.ok()) << a.status();
   const RegionId slab = (*a)->import_info().region_id;
+  const RegionId fences = (*a)->import_info().fence_region_id;
   const uint64_t with_slab = backend->Usage(0).reserved_bytes;
-  backend->RegionHeld(slab);  // a session received its descriptor
+  EXPECT_GE(with_slab, before + 64 * kMiB);
+  // A session was told of the buffer: it holds the slab and the fence page.
+  backend->RegionHeld(slab);
+  backend->RegionHeld(fences);
   a->reset();
-  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab) << "a session may still map it";
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab) << "a session may still map them";
   EXPECT_TRUE(backend->ExportRegion(slab, "t").ok());
   backend->RegionUnheld(slab);
-  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab - 64 * kMiB);
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab - 64 * kMiB) << "the page is held";
   EXPECT_EQ(backend->ExportRegion(slab, "t").status().code(), absl::StatusCode::kNotFound);
+  backend->RegionUnheld(fences);
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, before);
+  EXPECT_EQ(backend->ExportRegion(fences, "t").status().code(), absl::StatusCode::kNotFound);
   // A slab nobody received goes as soon as its last buffer does.
   auto b = backend->Allocate({0, "t", 1 * kMiB, false});
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_NE((*b)->import_info().region_id, slab) << "region ids are never reused";
   EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab);
   b->reset();
-  EXPECT_EQ(backend->Usage(0).reserved_bytes, with_slab - 64 * kMiB);
+  EXPECT_EQ(backend->Usage(0).reserved_bytes, before);
+}
+
+// cuda-arena and cuda-pool: a tenant's fence page, and on the pool path its
+// CUDA pool, stay while a buffer uses them or a session holds them, then go;
+// the tenant's next buffer gets new ones. Another tenant's neither keep nor
+// lose them.
+TEST(BackendTest_cuda, FencePagesAndPoolsGoOnceUnusedAndUnheld) {
+  for (const char* name : {"cuda_arena", "cuda_pool"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Backend> backend;
+    std::string why = "this build has no CUDA backend";
+    for (const auto& b : BackendsUnderTest()) {
+      if (b.name == name) backend = b.make(&why);
+    }
+    if (!backend) GTEST_SKIP() << why;
+    const bool pool = std::string(name) == "cuda_pool";
+    const uint64_t before = backend->Usage(0).reserved_bytes;
+    auto other = backend->Allocate({0, "u", 4096, false});
+    ASSERT_TRUE(other.ok()) << other.status();
+    const uint64_t with_other = backend->Usage(0).reserved_bytes;
+    auto a = backend->Allocate({0, "t", 4096, false});
+    ASSERT_TRUE(a.ok()) << a.status();
+    const RegionId fences = (*a)->import_info().fence_region_id;
+    const RegionId region = (*a)->import_info().region_id;
+    ASSERT_NE(fences, 0u);
+    backend->RegionHeld(fences);
+    backend->RegionHeld(region);
+    a->reset();
+    EXPECT_TRUE(backend->ExportRegion(fences, "t").ok()) << "a session holds it";
+    auto b = backend->Allocate({0, "t", 4096, false});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->import_info().fence_region_id, fences) << "the held page serves again";
+    EXPECT_EQ((*b)->import_info().region_id, region);
+    b->reset();
+    backend->RegionUnheld(fences);
+    backend->RegionUnheld(region);
+    EXPECT_EQ(backend->ExportRegion(fences, "t").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(backend->ExportRegion(region, "t").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(backend->Usage(0).reserved_bytes, with_other);
+    // Unheld, they go with the tenant's last buffer.
+    auto c = backend->Allocate({0, "t", 4096, false});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_NE((*c)->import_info().fence_region_id, fences) << "region ids are never reused";
+    if (pool) {
+      EXPECT_NE((*c)->import_info().region_id, region);
+    }
+    c->reset();
+    EXPECT_EQ(backend->Usage(0).reserved_bytes, with_other);
+    EXPECT_TRUE(backend->ExportRegion((*other)->import_info().fence_region_id, "u").ok());
+    other->reset();
+    EXPECT_EQ(backend->Usage(0).reserved_bytes, before);
+  }
+}
+
+// Buffers of one tenant made and freed from several threads at once, its
+// fence page and pool going and coming between them: each is served from
+// ones its tenant's clients can fetch for as long as the buffer lives.
+TEST(BackendTest_cuda, FencePagesAndPoolsThatGoAndComeServeEveryBuffer) {
+  for (const char* name : {"cuda_arena", "cuda_pool"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Backend> backend;
+    std::string why = "this build has no CUDA backend";
+    for (const auto& b : BackendsUnderTest()) {
+      if (b.name == name) backend = b.make(&why);
+    }
+    if (!backend) GTEST_SKIP() << why;
+    constexpr int kThreads = 4;
+    constexpr int kRounds = 100;
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < kRounds; ++i) {
+          auto b = backend->Allocate({0, "t", 4096, false});
+          if (!b.ok() || !backend->ExportRegion((*b)->import_info().fence_region_id, "t").ok() ||
+              !backend->ExportRegion((*b)->import_info().region_id, "t").ok()) {
+            failures++;
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(backend->Usage(0).used_bytes, 0u);
+  }
 }
 
 // cuda-arena: every live arena or pool buffer has a slot in its tenant's fence

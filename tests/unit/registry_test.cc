@@ -439,27 +439,40 @@ class HoldersBackend final : public Backend {
   HostBackend host_;
 };
 
-// A session holds a region from the first time it receives its descriptor
-// (once, however often it asks) until it ends, whichever way.
-TEST(RegistryOnHost, SessionsHoldTheRegionsTheyReceivedUntilTheyEnd) {
+// A session holds a region from the first buffer there it is told of (an
+// allocation, an open), or the first time it receives its descriptor, once
+// however often, until it ends, whichever way: a client that has not fetched
+// a region yet may, for its next buffer there.
+TEST(RegistryOnHost, SessionsHoldTheRegionsTheyAreToldOfOrReceiveUntilTheyEnd) {
   HoldersBackend backend(4 * kMiB);
   auto dir = TenantDirectory::Create({}, 0);
   Registry registry(backend, std::move(*dir));
   auto a = registry.OpenSession({1, 1000, 1000}, "a");
   auto b = registry.OpenSession({2, 1000, 1000}, "b");
-  auto g = registry.Allocate(a->id, {.size = 4096});
+  auto c = registry.OpenSession({3, 1000, 1000}, "c");
+  auto other = registry.OpenSession({4, 2000, 2000}, "another tenant");
+  auto g = registry.Allocate(a->id, {.size = 4096, .name = "x"});
   ASSERT_TRUE(g.ok()) << g.status();
   const RegionId arena = g->import.region_id;
   ASSERT_NE(arena, 0u);
+  EXPECT_EQ(backend.held[arena], 1) << "told of it by its allocation";
+  ASSERT_TRUE(registry.Allocate(a->id, {.size = 4096}).ok());
+  EXPECT_EQ(backend.held[arena], 1) << "once per session";
   ASSERT_TRUE(registry.ExportRegionFd(a->id, arena).ok());
   ASSERT_TRUE(registry.ExportRegionFd(a->id, arena).ok());
+  EXPECT_EQ(backend.held[arena], 1);
   ASSERT_TRUE(registry.ExportRegionFd(b->id, arena).ok());
   EXPECT_EQ(backend.held[arena], 2);
+  ASSERT_TRUE(registry.Open(c->id, {0, "x"}, {.allow_unsealed = true}).ok());
+  EXPECT_EQ(backend.held[arena], 3) << "told of it by an open";
+  EXPECT_FALSE(registry.ExportRegionFd(other->id, arena).ok());
   EXPECT_FALSE(registry.ExportRegionFd(b->id, arena + 50).ok());
   EXPECT_EQ(backend.held.count(arena + 50), 0u) << "a refused export holds nothing";
+  EXPECT_EQ(backend.held[arena], 3) << "another tenant's refused export holds nothing";
   registry.EndSession(a->id, SessionEnd::kDied);
-  EXPECT_EQ(backend.held[arena], 1);
+  EXPECT_EQ(backend.held[arena], 2);
   registry.EndSession(b->id, SessionEnd::kClosed);
+  registry.EndSession(c->id, SessionEnd::kClosed);
   EXPECT_EQ(backend.held[arena], 0);
   EXPECT_FALSE(registry.ExportRegionFd(b->id, arena).ok()) << "an ended session gets nothing";
   EXPECT_EQ(backend.held[arena], 0);

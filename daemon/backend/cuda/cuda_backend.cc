@@ -24,7 +24,7 @@ uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 // One served GPU: its shared state and its paths.
 struct CudaBackend::Device {
   std::shared_ptr<CudaDeviceState> state;
-  std::unique_ptr<FencePages> fences;
+  std::shared_ptr<FencePages> fences;  // shared: its pages point back to it
   std::unique_ptr<BufferPath> small;
   ArenaPath* arena = nullptr;  // `small`, when it is the arena
   std::unique_ptr<VmmPath> vmm;
@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     auto d = std::make_unique<Device>();
     d->state = std::make_shared<CudaDeviceState>(std::move(found), static_cast<int>(i), capacity,
                                                  std::move(stream));
-    d->fences = std::make_unique<FencePages>(d->state, backend->regions_);
+    d->fences = std::make_shared<FencePages>(d->state, backend->regions_);
     if (options.small_buffers == SmallBuffers::kArena) {
       auto arena = std::make_unique<ArenaPath>(d->state, *d->fences, backend->regions_);
       d->arena = arena.get();

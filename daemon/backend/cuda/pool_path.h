@@ -17,8 +17,9 @@ class TenantPool;
 
 /// cuda-pool (--small-buffers pool): cudaMallocFromPoolAsync from an
 /// IPC-exportable pool (POSIX-fd handles), one per (device, tenant), made on
-/// first use. A client imports the pool once, then each buffer's 64-byte
-/// export data, computed once at allocation.
+/// first use and destroyed once no buffer lives in it and no live session
+/// holds it (as a fence page goes). A client imports the pool once, then
+/// each buffer's 64-byte export data, computed once at allocation.
 ///
 /// A buffer's reserved size is the growth of its pool's used memory
 /// (cudaMemPoolAttrUsedMemCurrent) that allocating it caused: the pool's
@@ -36,15 +37,21 @@ class PoolPath final : public BufferPath {
                                                           CapacityGuard::Claim claim) override;
   void AddUsage(DeviceUsage& usage) const override;
 
+  class Pools;  // the tenants' pools: shared with them, which outlive the path in buffers
+
  private:
+  /// `tenant`'s pool, made where it has none (or its last has gone).
   absl::StatusOr<std::shared_ptr<TenantPool>> PoolFor(const std::string& tenant);
+  /// One allocation of `req.size` bytes from `pool`, zeroed and exported.
+  absl::StatusOr<std::unique_ptr<BackendBuffer>> AllocateIn(const std::shared_ptr<TenantPool>& pool,
+                                                            const AllocationRequest& req,
+                                                            CapacityGuard::Claim& claim,
+                                                            FenceSlot& fence, bool* retired);
 
   const std::shared_ptr<CudaDeviceState> device_;
   FencePages& fences_;
-  RegionTable& regions_;
   const uint64_t retain_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<TenantPool>> pools_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<Pools> pools_;
 };
 
 }  // namespace gpubroker
