@@ -34,6 +34,16 @@ class BackendTest : public ::testing::TestWithParam<BackendUnderTest> {
   std::unique_ptr<Backend> backend_;
 };
 
+// The backend of that name (a BackendsUnderTest() entry); null with `why`
+// set where this machine has none.
+std::unique_ptr<Backend> MakeBackend(const std::string& name, std::string* why) {
+  *why = "this build has no CUDA backend";
+  for (const auto& b : BackendsUnderTest()) {
+    if (b.name == name) return b.make(why);
+  }
+  return nullptr;
+}
+
 TEST_P(BackendTest, ReportsAtLeastOneDeviceWithCapacity) {
   ASSERT_FALSE(backend_->devices().empty());
   for (const auto& d : backend_->devices()) {
@@ -293,11 +303,8 @@ TEST(HostBackend, IsolatedFdExposesNothingBeyondItsBuffer) {
 
 // cuda-arena: buffers are ranges of a few slabs, which grow geometrically.
 TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
-  std::unique_ptr<Backend> backend;
-  std::string why = "this build has no CUDA backend";
-  for (const auto& b : BackendsUnderTest()) {
-    if (b.name == "cuda_arena") backend = b.make(&why);
-  }
+  std::string why;
+  std::unique_ptr<Backend> backend = MakeBackend("cuda_arena", &why);
   if (!backend) GTEST_SKIP() << why;
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   std::vector<std::unique_ptr<BackendBuffer>> held;
@@ -342,11 +349,8 @@ TEST(BackendTest_cuda_arena, RangesShareASlabAndFreedRangesComeBack) {
 // cuda-arena: a slab goes back to the device once no buffer uses it and no
 // session holds its descriptor, and is then no longer exported.
 TEST(BackendTest_cuda_arena, EmptySlabsGoBackOnceNoSessionHoldsThem) {
-  std::unique_ptr<Backend> backend;
-  std::string why = "this build has no CUDA backend";
-  for (const auto& b : BackendsUnderTest()) {
-    if (b.name == "cuda_arena") backend = b.make(&why);
-  }
+  std::string why;
+  std::unique_ptr<Backend> backend = MakeBackend("cuda_arena", &why);
   if (!backend) GTEST_SKIP() << why;
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   const uint64_t before = backend->Usage(0).reserved_bytes;
@@ -384,11 +388,8 @@ TEST(BackendTest_cuda_arena, EmptySlabsGoBackOnceNoSessionHoldsThem) {
 TEST(BackendTest_cuda, FencePagesAndPoolsGoOnceUnusedAndUnheld) {
   for (const char* name : {"cuda_arena", "cuda_pool"}) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Backend> backend;
-    std::string why = "this build has no CUDA backend";
-    for (const auto& b : BackendsUnderTest()) {
-      if (b.name == name) backend = b.make(&why);
-    }
+    std::string why;
+    std::unique_ptr<Backend> backend = MakeBackend(name, &why);
     if (!backend) GTEST_SKIP() << why;
     const bool pool = std::string(name) == "cuda_pool";
     const uint64_t before = backend->Usage(0).reserved_bytes;
@@ -435,11 +436,8 @@ TEST(BackendTest_cuda, FencePagesAndPoolsGoOnceUnusedAndUnheld) {
 TEST(BackendTest_cuda, FencePagesAndPoolsThatGoAndComeServeEveryBuffer) {
   for (const char* name : {"cuda_arena", "cuda_pool"}) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Backend> backend;
-    std::string why = "this build has no CUDA backend";
-    for (const auto& b : BackendsUnderTest()) {
-      if (b.name == name) backend = b.make(&why);
-    }
+    std::string why;
+    std::unique_ptr<Backend> backend = MakeBackend(name, &why);
     if (!backend) GTEST_SKIP() << why;
     constexpr int kThreads = 4;
     constexpr int kRounds = 100;
@@ -465,11 +463,8 @@ TEST(BackendTest_cuda, FencePagesAndPoolsThatGoAndComeServeEveryBuffer) {
 // cuda-arena: every live arena or pool buffer has a slot in its tenant's fence
 // page; when they are all taken, the refusal is a count limit, not memory.
 TEST(BackendTest_cuda_arena, FenceSlotsRunOutAsALimitAndComeBack) {
-  std::unique_ptr<Backend> backend;
-  std::string why = "this build has no CUDA backend";
-  for (const auto& b : BackendsUnderTest()) {
-    if (b.name == "cuda_arena") backend = b.make(&why);
-  }
+  std::string why;
+  std::unique_ptr<Backend> backend = MakeBackend("cuda_arena", &why);
   if (!backend) GTEST_SKIP() << why;
   std::vector<std::unique_ptr<BackendBuffer>> held;
   absl::Status refused;
@@ -499,11 +494,8 @@ TEST(BackendTest_cuda_arena, FenceSlotsRunOutAsALimitAndComeBack) {
 // cuda-vmm: a freed tenant-private allocation waits for its tenant's next
 // buffer of the same size; one shared across tenants is never reused.
 TEST(BackendTest_cuda_vmm, FreedAllocationsAreReusedByTheirTenantOnly) {
-  std::unique_ptr<Backend> backend;
-  std::string why = "this build has no CUDA backend";
-  for (const auto& b : BackendsUnderTest()) {
-    if (b.name == "cuda_vmm") backend = b.make(&why);
-  }
+  std::string why;
+  std::unique_ptr<Backend> backend = MakeBackend("cuda_vmm", &why);
   if (!backend) GTEST_SKIP() << why;
   constexpr uint64_t kSize = uint64_t{6} << 20;
   auto reserved = [&] { return backend->Usage(0).reserved_bytes; };
