@@ -431,14 +431,6 @@ TEST_P(GpuPath, EmptySlabsGoBackOnceNoClientMapsThem) {
   EXPECT_EQ(reserved(), with_slab);
 }
 
-// Lines of the daemon's log that hold `what`.
-int LogLines(const Daemon& daemon, const std::string& what) {
-  const std::string log = daemon.log();
-  int n = 0;
-  for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) n++;
-  return n;
-}
-
 // A tenant's fence page (one VMM allocation per tenant and device) and, on
 // the pool path, its CUDA pool go once no buffer of the tenant's uses them
 // and no live session holds them, however its clients ended: a node that
@@ -486,10 +478,10 @@ TEST_P(GpuPath, ATenantsFencePageAndPoolGoOnceUnusedAndUnheld) {
       << "reserved " << reserved() << ", before " << reserved_before;
   EXPECT_EQ(at_rest(), fds_before);
   EXPECT_TRUE(Eventually([&] {
-    return LogLines(daemon, "given back (no buffer, unmapped)") == kTenants;
+    return daemon.LogCount("given back (no buffer, unmapped)") == kTenants;
   })) << daemon.log();
   if (GetParam() == "pool") {
-    EXPECT_EQ(LogLines(daemon, "destroyed (no buffer, unmapped)"), kTenants) << daemon.log();
+    EXPECT_EQ(daemon.LogCount("destroyed (no buffer, unmapped)"), kTenants) << daemon.log();
   }
 
   // A live client keeps its tenant's page (and pool) between buffers, sealed
@@ -506,7 +498,7 @@ TEST_P(GpuPath, ATenantsFencePageAndPoolGoOnceUnusedAndUnheld) {
     churner.Ok("seal a");
     churner.Ok("release a");
     EXPECT_EQ(reserved(), with_page) << "the client maps the page";
-    EXPECT_EQ(LogLines(daemon, "given back (no buffer, unmapped)"), kTenants);
+    EXPECT_EQ(daemon.LogCount("given back (no buffer, unmapped)"), kTenants);
     EXPECT_EQ(churner.Exit(), 0);
   }
   EXPECT_TRUE(Eventually([&] { return reserved() == reserved_before; }));

@@ -287,6 +287,13 @@ std::string Daemon::log() const {
   return s.str();
 }
 
+int Daemon::LogCount(const std::string& what) const {
+  const std::string text = log();
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+  return n;
+}
+
 int Daemon::Stop() {
   stopped_ = true;
   ::kill(process_.pid(), SIGTERM);

@@ -94,6 +94,8 @@ class Daemon {
   const std::string& metrics_address() const { return metrics_address_; }
   pid_t pid() const { return process_.pid(); }
   std::string log() const;
+  /// How many times the log holds `what` so far.
+  int LogCount(const std::string& what) const;
   /// The --config file (when the daemon was given YAML); rewrite it to test reloads.
   std::string config_path() const { return dir_.path() + "/gpubroker.yaml"; }
   /// Sends a signal and leaves the daemon running (SIGHUP: reload).

@@ -234,15 +234,8 @@ TEST(Reclaim, ATenantsArenaGoesOnceItIsEmptyAndNoClientMapsIt) {
     }
   }
   EXPECT_EQ(at_rest(), before);
-  EXPECT_TRUE(Eventually([&] {
-    const std::string log = daemon.log();
-    size_t closed = 0;
-    for (size_t at = log.find("(empty, unmapped)"); at != std::string::npos;
-         at = log.find("(empty, unmapped)", at + 1)) {
-      closed++;
-    }
-    return closed == kTenants;
-  })) << daemon.log();
+  EXPECT_TRUE(Eventually([&] { return daemon.LogCount("(empty, unmapped)") == kTenants; }))
+      << daemon.log();
 
   // While a client maps it, its tenant's arena stays, empty or not: the
   // client's next buffer is in memory it has mapped already.

@@ -130,15 +130,8 @@ TEST(Service, SighupRefusesABadFileAndKeepsTheRunningConfiguration) {
     WriteFile(daemon.config_path(), text);
     daemon.Signal(SIGHUP);
     ++refusals;
-    ASSERT_TRUE(Eventually([&] {
-      const std::string log = daemon.log();
-      size_t n = 0;
-      for (size_t at = log.find("reload refused"); at != std::string::npos;
-           at = log.find("reload refused", at + 1)) {
-        ++n;
-      }
-      return n == static_cast<size_t>(refusals);
-    })) << daemon.log();
+    ASSERT_TRUE(Eventually([&] { return daemon.LogCount("reload refused") == refusals; }))
+        << daemon.log();
     EXPECT_NE(daemon.log().find(why), std::string::npos) << daemon.log();
     // Still the old quota, still serving the same session.
     EXPECT_EQ(client.Send("alloc big 2097152").rfind("err RESOURCE_EXHAUSTED", 0), 0u);
